@@ -1,0 +1,121 @@
+"""The composer plugin contract.
+
+A backend plugin is a module (or object) with functions marked ``@hookimpl`` whose names
+match the specs below, registered through the ``composer`` entry-point group::
+
+    # pyproject.toml of your package
+    [project.entry-points.composer]
+    mybackend = "composer_mybackend.plugin"
+
+composer asks a backend's hooks only of the plugin that declared that backend in
+``composer_backends``, so a plugin that declares one backend need not check which backend
+it is asked about. A plugin that declares several reads ``backend.name``.
+
+Every hook but ``composer_backends`` is optional; a hook that is not implemented (or returns
+``None``) falls back to the default documented on it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import torch
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+    from executorch.exir.backend.partitioner import Partitioner
+    from torch.export import ExportedProgram
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    from composer.backend_spec import BackendSpec
+
+PROJECT_NAME = "composer"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def composer_backends() -> list[BackendSpec]:
+    """Return the backends this plugin provides.
+
+    Each is a :class:`composer.BackendSpec`: the name users put in a priority list
+    (``"mybackend"``), the ExecuTorch backend id (the class name of your
+    ``BackendDetails`` subclass, which must be imported by the time lowering runs, so
+    import it in your plugin module), the device the delegate runs on (``"cpu"``,
+    ``"cuda"`` or ``"mps"``; crossings between devices are counted in the plan), the
+    smallest partition worth delegating, and a one-line description.
+
+    Two plugins declaring one name: the first in load order (composer's own plugins, then
+    the others sorted by distribution and entry-point name) keeps it, and a warning names
+    both.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_operator_support(
+    backend: BackendSpec, program: ExportedProgram
+) -> OperatorSupportBase | None:
+    """Say which nodes of ``program`` (an edge-dialect program) ``backend`` can take.
+
+    Return a ``torch.fx.passes.operator_support.OperatorSupportBase`` whose
+    ``is_node_supported(submodules, node)`` answers for one ``call_function`` node. composer
+    never offers a node an earlier backend lowered (``executorch_call_delegate`` and its
+    ``getitem`` users), nor placeholders and outputs: answer only for the op itself.
+    composer groups the supported nodes into maximal convex partitions of at least
+    ``backend.min_partition_size`` nodes, and brings along the constants that only those
+    partitions read.
+
+    Return ``None`` to use ``composer_partitioner`` instead. A backend must implement one of
+    the two.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_partitioner(backend: BackendSpec, program: ExportedProgram) -> Partitioner | None:
+    """Return a native ExecuTorch ``Partitioner`` that decides what ``backend`` takes.
+
+    Use this to reuse an existing partitioner (``XnnpackPartitioner``). composer runs it
+    on a copy of the program, reads the nodes it tagged, and re-forms them into convex
+    partitions: tags it put on earlier delegates, graph inputs or outputs are removed with
+    a warning that names your plugin, and a non-convex tag is split. Constants it tagged
+    stay with it (duplicated where another backend reads them too; the plan counts the
+    bytes). The compile specs of its ``DelegationSpec`` are used unless
+    ``composer_compile_specs`` answers.
+
+    Only consulted when ``composer_operator_support`` returns ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_compile_specs(backend: BackendSpec, method_name: str) -> list[CompileSpec] | None:
+    """Return the ExecuTorch ``CompileSpec`` list handed to ``backend``'s ``preprocess``.
+
+    ``method_name`` is the program method being lowered (``"forward"``). ``None`` means no
+    compile specs (or those of the native partitioner, when there is one).
+    """
+
+
+@hookspec(firstresult=True)
+def composer_ops_to_not_decompose(
+    backend: BackendSpec, program: ExportedProgram
+) -> list[torch._ops.OpOverload] | None:
+    """Return the ATen ops ``backend`` wants to see whole, not decomposed, in the edge program.
+
+    ``program`` is the ATen-dialect program before decomposition. Backends are asked in
+    priority order and every answer is honoured, so an op one backend keeps whole is whole
+    for the backends after it too. ``None``: the native partitioner's answer, if any, else
+    nothing.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_unavailable_reason(backend: BackendSpec) -> str | None:
+    """Say why ``backend`` cannot lower on this machine, or ``None`` if it can.
+
+    Answer with a short reason a user can act on (``"no CUDA device visible"``). Planning
+    still works: composer then partitions exactly as it would on the target but lowers with
+    a stand-in, so the plan on a laptop is the plan on the target. ``compose`` refuses such
+    a backend with this reason.
+    """

@@ -1,0 +1,128 @@
+"""The plan: which backend took which node, the partitions, crossings and duplicated bytes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import attrs
+
+PORTABLE = "portable"
+
+
+@attrs.frozen
+class Partition:
+    """One delegate: the backend that took it and the edge-program nodes inside it."""
+
+    id: str
+    backend: str
+    device: str
+    nodes: tuple[str, ...]
+    ops: tuple[str, ...]
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        return dict(sorted(Counter(self.ops).items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "backend": self.backend,
+            "device": self.device,
+            "nodes": list(self.nodes),
+            "op_counts": self.op_counts,
+        }
+
+
+@attrs.frozen
+class Fallback:
+    """A node no backend took: it runs on ExecuTorch's portable CPU kernels."""
+
+    node: str
+    op: str
+    reasons: tuple[tuple[str, str], ...]  # (backend, why it did not take the node)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "op": self.op, "reasons": dict(self.reasons)}
+
+
+@attrs.frozen
+class Plan:
+    """How a model is composed over a backend stack. ``to_json`` has stable keys."""
+
+    backends: tuple[str, ...]
+    node_backends: dict[str, str]  # every compute node of the edge program -> backend
+    node_ops: dict[str, str]
+    partitions: tuple[Partition, ...]
+    fallbacks: tuple[Fallback, ...]
+    delegate_calls: int
+    crossings: int
+    duplicated_constant_bytes: int
+    stand_ins: tuple[str, ...] = ()  # backends planned with a stand-in (cannot lower here)
+
+    def backend_of(self, node_name: str) -> str:
+        return self.node_backends[node_name]
+
+    def nodes_on(self, backend: str) -> list[str]:
+        return [name for name, b in self.node_backends.items() if b == backend]
+
+    def ops_on(self, backend: str) -> Counter[str]:
+        return Counter(self.node_ops[name] for name in self.nodes_on(backend))
+
+    def partitions_of(self, backend: str) -> list[Partition]:
+        return [p for p in self.partitions if p.backend == backend]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backends": list(self.backends),
+            "stand_ins": list(self.stand_ins),
+            "summary": {
+                backend: {
+                    "nodes": len(self.nodes_on(backend)),
+                    "partitions": len(self.partitions_of(backend)),
+                }
+                for backend in (*self.backends, PORTABLE)
+            },
+            "delegate_calls": self.delegate_calls,
+            "crossings": self.crossings,
+            "duplicated_constant_bytes": self.duplicated_constant_bytes,
+            "partitions": [p.to_dict() for p in self.partitions],
+            "fallbacks": [f.to_dict() for f in self.fallbacks],
+            "nodes": {
+                name: {"op": self.node_ops[name], "backend": backend}
+                for name, backend in self.node_backends.items()
+            },
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def summary_table(self) -> str:
+        """A plain-text table: one row per backend, then the totals."""
+        rows = [("backend", "nodes", "partitions", "ops")]
+        for backend in (*self.backends, PORTABLE):
+            ops = self.ops_on(backend)
+            top = ", ".join(f"{op} x{n}" for op, n in ops.most_common(4))
+            more = len(ops) - 4
+            rows.append(
+                (
+                    backend + (" (stand-in)" if backend in self.stand_ins else ""),
+                    str(len(self.nodes_on(backend))),
+                    "-" if backend == PORTABLE else str(len(self.partitions_of(backend))),
+                    top + (f", +{more} more" if more > 0 else ""),
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        lines = [
+            "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3]
+            for row in rows
+        ]
+        lines.append(
+            f"delegate calls: {self.delegate_calls}   device crossings: {self.crossings}   "
+            f"duplicated constant bytes: {self.duplicated_constant_bytes}"
+        )
+        for fallback in self.fallbacks:
+            why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
+            lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
+        return "\n".join(lines)

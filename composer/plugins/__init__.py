@@ -1,0 +1,1 @@
+"""composer's own backend plugins. Each registers through the ``composer`` entry points."""

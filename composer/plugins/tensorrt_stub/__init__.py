@@ -1,0 +1,31 @@
+"""The ``tensorrt_stub`` backend: the ops a TensorRT engine converts, lowered to a stand-in.
+
+Its delegate blob describes the subgraph (ops, input and output shapes and dtypes); it does
+not run in the ExecuTorch runtime, so compositions using it verify through the Python
+reference run.
+"""
+
+from __future__ import annotations
+
+from composer.backend_spec import BackendSpec
+from composer.hookspecs import hookimpl
+from composer.plugins.tensorrt_stub.backend import TensorRTStubBackend
+from composer.plugins.tensorrt_stub.support import TensorRTOperatorSupport
+
+TENSORRT_STUB = BackendSpec(
+    name="tensorrt_stub",
+    backend_id=TensorRTStubBackend.__name__,
+    device="cuda",
+    min_partition_size=2,
+    description="stand-in for a TensorRT delegate: conv, matmul, pooling, activations, norms",
+)
+
+
+@hookimpl
+def composer_backends():
+    return [TENSORRT_STUB]
+
+
+@hookimpl
+def composer_operator_support(backend, program):
+    return TensorRTOperatorSupport()

@@ -1,0 +1,193 @@
+"""Discovering backend plugins and resolving a user's priority list."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+import pluggy
+
+from composer import hookspecs
+from composer.backend_spec import BackendSpec
+from composer.errors import BackendListError, PluginError
+
+ENTRY_POINT_GROUP = "composer"
+OWN_DISTRIBUTION = "executorch-composer"
+
+
+@attrs.frozen
+class PluginInfo:
+    """Where a plugin came from: its entry-point name and distribution."""
+
+    name: str
+    distribution: str
+    version: str
+
+
+@attrs.frozen
+class FailedPlugin:
+    """A plugin that could not be loaded, and why."""
+
+    name: str
+    distribution: str
+    error: str
+
+
+@attrs.frozen
+class Backend:
+    """A backend found through a plugin: its spec and the plugin that declared it."""
+
+    spec: BackendSpec
+    plugin: Any
+    origin: PluginInfo
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def _load_order(entry_point: importlib.metadata.EntryPoint) -> tuple[int, str, str]:
+    dist = entry_point.dist.name if entry_point.dist else ""
+    return (0 if dist == OWN_DISTRIBUTION else 1, dist, entry_point.name)
+
+
+class Registry:
+    """The plugins and backends found in this environment.
+
+    Plugins come from the ``composer`` entry-point group, composer's own first, the rest
+    sorted by distribution and entry-point name; that order also decides which plugin keeps a
+    backend name two of them declare.
+    """
+
+    def __init__(self, plugins: Iterable[tuple[Any, PluginInfo]] = ()) -> None:
+        self.plugin_manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.plugin_manager.add_hookspecs(hookspecs)
+        self.failed: list[FailedPlugin] = []
+        self._backends: dict[str, Backend] = {}
+        for plugin, info in plugins:
+            self.add_plugin(plugin, info)
+
+    @classmethod
+    def from_entry_points(cls) -> Registry:
+        """Load every plugin of the ``composer`` entry-point group; report the broken ones."""
+        registry = cls()
+        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        for entry_point in sorted(entry_points, key=_load_order):
+            dist = entry_point.dist
+            info = PluginInfo(
+                entry_point.name, dist.name if dist else "?", dist.version if dist else "?"
+            )
+            try:
+                plugin = entry_point.load()
+            except Exception as error:  # a broken third-party plugin must not stop the others
+                message = f"{type(error).__name__}: {error}"
+                registry.failed.append(FailedPlugin(info.name, info.distribution, message))
+                warnings.warn(
+                    f"composer plugin {info.name!r} (from {info.distribution}) failed to import "
+                    f"and was skipped: {message}",
+                    stacklevel=2,
+                )
+                continue
+            registry.add_plugin(plugin, info)
+        return registry
+
+    def add_plugin(self, plugin: Any, info: PluginInfo) -> None:
+        """Register ``plugin`` and the backends it declares."""
+        self.plugin_manager.register(plugin, name=info.name)
+        hook = self.plugin_manager.subset_hook_caller(
+            "composer_backends",
+            remove_plugins=[p for p in self.plugin_manager.get_plugins() if p is not plugin],
+        )
+        try:
+            declared = hook()
+        except Exception as error:
+            self.plugin_manager.unregister(plugin)
+            raise PluginError(
+                f"plugin {info.name!r} ({info.distribution}) raised in composer_backends: "
+                f"{type(error).__name__}: {error}. Fix or uninstall the plugin."
+            ) from error
+        for spec in (s for result in declared for s in (result or [])):
+            if not isinstance(spec, BackendSpec):
+                raise PluginError(
+                    f"plugin {info.name!r} ({info.distribution}) returned {spec!r} from "
+                    "composer_backends; it must return a list of composer.BackendSpec."
+                )
+            existing = self._backends.get(spec.name)
+            if existing is not None:
+                warnings.warn(
+                    f"backend {spec.name!r} is declared by plugin {existing.origin.name!r} "
+                    f"({existing.origin.distribution}) and by plugin {info.name!r} "
+                    f"({info.distribution}); keeping the first ({existing.origin.name!r}).",
+                    stacklevel=2,
+                )
+                continue
+            self._backends[spec.name] = Backend(spec, plugin, info)
+
+    @property
+    def backends(self) -> dict[str, Backend]:
+        return dict(self._backends)
+
+    def resolve(self, names: str | Sequence[str]) -> list[Backend]:
+        """Turn ``"a,b"`` or ``["a", "b"]`` into backends, in priority order."""
+        if isinstance(names, str):
+            names = [part.strip() for part in names.split(",")]
+        names = [name for name in names if name]
+        if not names:
+            raise BackendListError(
+                f"the backend list is empty; name at least one of: {self._known()}."
+            )
+        seen: set[str] = set()
+        resolved = []
+        for name in names:
+            if name in seen:
+                raise BackendListError(
+                    f"backend {name!r} appears twice in the list {list(names)}; name each once, "
+                    "in priority order."
+                )
+            seen.add(name)
+            if name not in self._backends:
+                broken = [f.name for f in self.failed if f.name == name]
+                hint = " (its plugin failed to import; see the warning)" if broken else ""
+                raise BackendListError(
+                    f"unknown backend {name!r}{hint}. Known backends: {self._known()}."
+                )
+            resolved.append(self._backends[name])
+        return resolved
+
+    def _known(self) -> str:
+        return ", ".join(sorted(self._backends)) or "(none installed)"
+
+    def call(self, hook_name: str, backend: Backend, **kwargs: Any) -> Any:
+        """Call ``hook_name`` on the plugin that declared ``backend`` only."""
+        others = [p for p in self.plugin_manager.get_plugins() if p is not backend.plugin]
+        hook = self.plugin_manager.subset_hook_caller(hook_name, remove_plugins=others)
+        try:
+            return hook(backend=backend.spec, **kwargs)
+        except Exception as error:
+            raise PluginError(
+                f"plugin {backend.origin.name!r} ({backend.origin.distribution}) raised in "
+                f"{hook_name} for backend {backend.name!r}: {type(error).__name__}: {error}"
+            ) from error
+
+    def unavailable_reason(self, backend: Backend) -> str | None:
+        reason = self.call("composer_unavailable_reason", backend)
+        if reason is not None and not isinstance(reason, str):
+            raise PluginError(
+                f"plugin {backend.origin.name!r} returned {type(reason).__name__} from "
+                "composer_unavailable_reason; it must return a string or None."
+            )
+        return reason
+
+
+_default: Registry | None = None
+
+
+def default_registry() -> Registry:
+    """The registry of this environment's installed plugins, loaded once."""
+    global _default
+    if _default is None:
+        _default = Registry.from_entry_points()
+    return _default

@@ -1,0 +1,274 @@
+"""One backend's guarded, convex, validated partitioning, as a real ExecuTorch Partitioner."""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Callable
+
+import attrs
+import torch
+import torch.fx
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from torch.export import ExportedProgram
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from composer.errors import PartitionError, PluginError
+from composer.registry import Backend, Registry
+from composer.scheduler.convex import partition_by_support
+from composer.scheduler.guards import (
+    TAG,
+    constant_placeholders,
+    foreign_delegate_nodes,
+    tag_constants,
+)
+from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
+from composer.scheduler.validate import describe_path, find_tag_cycle
+
+
+def op_name(node: torch.fx.Node) -> str:
+    """``aten.add.Tensor`` for an edge op; the callable's name otherwise."""
+    target = node.target
+    if target is operator.getitem:
+        return "getitem"
+    name = getattr(target, "__name__", None) or str(target)
+    if not name.startswith("aten.") and hasattr(target, "_op"):
+        name = str(target._op)
+    return name
+
+
+@attrs.define
+class PartitionRecord:
+    """What one backend took in one ``partition`` call, and why it left the rest."""
+
+    backend: Backend
+    partitions: list[list[tuple[str, str]]]  # per partition: (node name, op)
+    declined: dict[str, str]  # node name -> reason
+    duplicated_constant_bytes: int
+
+
+def _clear_tags(graph: torch.fx.Graph) -> None:
+    for node in graph.nodes:
+        node.meta.pop(TAG, None)
+
+
+class ComposerPartitioner(Partitioner):
+    """Partitions for one backend: guarded, maximal convex, validated before lowering.
+
+    Usable on its own in ``to_edge_transform_and_lower(ep, partitioner=[...])`` next to
+    any other ExecuTorch partitioner.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        registry: Registry,
+        *,
+        stand_in: bool = False,
+        method_name: str = "forward",
+        on_partition: Callable[[PartitionRecord], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.registry = registry
+        self.stand_in = stand_in
+        self.method_name = method_name
+        self.on_partition = on_partition
+        self._native: Partitioner | None = None
+        self._native_asked = False
+        super().__init__()
+
+    def __repr__(self) -> str:
+        return f"ComposerPartitioner({self.backend.name!r})"
+
+    # --- the hooks ExecuTorch calls -------------------------------------------------
+
+    def ops_to_not_decompose(self, ep: ExportedProgram):
+        ops = self.registry.call("composer_ops_to_not_decompose", self.backend, program=ep)
+        if ops is not None:
+            return (list(ops), None)
+        native = self._native_partitioner(ep)
+        if native is not None:
+            return native.ops_to_not_decompose(ep)
+        return ([], None)
+
+    def transform_for_pre_decomposition(self, ep: ExportedProgram) -> ExportedProgram:
+        native = self._native_partitioner(ep)
+        if native is not None:
+            return native.transform_for_pre_decomposition(ep)
+        return ep
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        graph = exported_program.graph_module.graph
+        guarded = foreign_delegate_nodes(graph)
+        support = self.registry.call(
+            "composer_operator_support", self.backend, program=exported_program
+        )
+        native_compile_specs: list[CompileSpec] = []
+        wanted_constants: set[torch.fx.Node] = set()
+        if support is not None:
+            if not isinstance(support, OperatorSupportBase):
+                raise PluginError(
+                    f"plugin {self.backend.origin.name!r} returned {type(support).__name__} from "
+                    "composer_operator_support; it must return a "
+                    "torch.fx.passes.operator_support.OperatorSupportBase or None."
+                )
+            submodules = dict(exported_program.graph_module.named_modules())
+
+            def answer(node: torch.fx.Node) -> bool:
+                return bool(support.is_node_supported(submodules, node))
+
+            why_not = "unsupported op"
+        else:
+            tagged, native_compile_specs, wanted_constants = self._run_native(
+                exported_program, guarded
+            )
+
+            def answer(node: torch.fx.Node) -> bool:
+                return node in tagged
+
+            why_not = f"not tagged by {type(self._native).__name__}"
+
+        declined: dict[str, str] = {}
+
+        def is_supported(node: torch.fx.Node) -> bool:
+            if node in guarded:
+                return False
+            ok = answer(node)
+            if not ok:
+                declined[node.name] = why_not
+            return ok
+
+        partitions = partition_by_support(
+            graph, is_supported, self.backend.spec.min_partition_size
+        )
+        in_partition = {node for members in partitions for node in members}
+        for node in graph.nodes:
+            if (
+                node.op == "call_function"
+                and node not in guarded
+                and node not in in_partition
+                and node.name not in declined
+            ):
+                declined[node.name] = (
+                    f"partition below the minimum size {self.backend.spec.min_partition_size}"
+                )
+
+        tags: dict[str, DelegationSpec] = {}
+        compile_specs = self._compile_specs(native_compile_specs)
+        for index, members in enumerate(partitions):
+            tag = f"{self.backend.name}_{index}"
+            for node in members:
+                node.meta[TAG] = tag
+            tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
+        duplicated = tag_constants(exported_program, wanted_constants)
+        self._validate(graph)
+        if self.on_partition is not None:
+            self.on_partition(
+                PartitionRecord(
+                    self.backend,
+                    [[(n.name, op_name(n)) for n in members] for members in partitions],
+                    declined,
+                    duplicated,
+                )
+            )
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _backend_id(self) -> str:
+        return STAND_IN_BACKEND_ID if self.stand_in else self.backend.spec.backend_id
+
+    def _compile_specs(self, native: list[CompileSpec]) -> list[CompileSpec]:
+        if self.stand_in:
+            return stand_in_compile_specs(self.backend.spec)
+        specs = self.registry.call(
+            "composer_compile_specs", self.backend, method_name=self.method_name
+        )
+        if specs is None:
+            return list(native)
+        if not isinstance(specs, list | tuple) or not all(
+            isinstance(s, CompileSpec) for s in specs
+        ):
+            raise PluginError(
+                f"plugin {self.backend.origin.name!r} returned {specs!r} from "
+                "composer_compile_specs; it must return a list of CompileSpec or None."
+            )
+        return list(specs)
+
+    def _native_partitioner(self, ep: ExportedProgram) -> Partitioner | None:
+        if not self._native_asked:
+            self._native_asked = True
+            native = self.registry.call("composer_partitioner", self.backend, program=ep)
+            if native is not None and not isinstance(native, Partitioner):
+                raise PluginError(
+                    f"plugin {self.backend.origin.name!r} returned {type(native).__name__} from "
+                    "composer_partitioner; it must return an ExecuTorch Partitioner or None."
+                )
+            self._native = native
+        return self._native
+
+    def _run_native(self, ep: ExportedProgram, guarded: set[torch.fx.Node]):
+        """Run the plugin's own partitioner; keep what it tagged, minus what it must not."""
+        native = self._native_partitioner(ep)
+        plugin = self.backend.origin.name
+        if native is None:
+            raise PluginError(
+                f"plugin {plugin!r} answers neither composer_operator_support nor "
+                f"composer_partitioner for backend {self.backend.name!r}; it must implement one."
+            )
+        graph = ep.graph_module.graph
+        _clear_tags(graph)
+        try:
+            result = native.partition(ep)
+        except Exception as error:
+            raise PluginError(
+                f"the partitioner {type(native).__name__} of plugin {plugin!r} raised: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        tag_of = {node: node.meta[TAG] for node in graph.nodes if node.meta.get(TAG)}
+        _clear_tags(graph)
+        constants = constant_placeholders(ep)
+        refused = []
+        tagged: set[torch.fx.Node] = set()
+        wanted: set[torch.fx.Node] = set()
+        for node in tag_of:
+            if node in guarded:
+                refused.append(f"{node.name} (a delegate of an earlier backend)")
+            elif node.op == "output":
+                refused.append(f"{node.name} (the graph output)")
+            elif node.op == "placeholder" and node not in constants:
+                refused.append(f"{node.name} (a user input)")
+            elif node.op == "placeholder":
+                wanted.add(node)
+            elif node.op == "call_function":
+                tagged.add(node)
+        if refused:
+            warnings.warn(
+                f"composer removed tags that plugin {plugin!r}'s {type(native).__name__} put on "
+                f"nodes no backend may take: {', '.join(refused)}",
+                stacklevel=2,
+            )
+        native_cycle = find_tag_cycle(
+            graph, {n: t for n, t in tag_of.items() if n in tagged}
+        )
+        if native_cycle is not None:
+            warnings.warn(
+                f"plugin {plugin!r}'s {type(native).__name__} tagged a non-convex set "
+                f"(path {describe_path(native_cycle)} leaves a partition and re-enters it); "
+                "composer split it into convex partitions.",
+                stacklevel=2,
+            )
+        specs = [spec.compile_specs for spec in result.partition_tags.values()]
+        return tagged, (list(specs[0]) if specs else []), wanted
+
+    def _validate(self, graph: torch.fx.Graph) -> None:
+        tag_of = {node: node.meta[TAG] for node in graph.nodes if node.meta.get(TAG)}
+        path = find_tag_cycle(graph, tag_of)
+        if path is not None:
+            tag = next((tag_of[n] for n in path if n in tag_of), "?")
+            raise PartitionError(
+                f"backend {self.backend.name!r}: partition {tag!r} is not convex or closes a "
+                f"cycle with another partition (path {describe_path(path)}); refusing to lower. "
+                "This is a bug in composer or in the plugin; please report it with the model."
+            )

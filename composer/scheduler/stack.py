@@ -1,0 +1,131 @@
+"""Stacking backends in priority order through ExecuTorch's own lowering, and the plan it yields."""
+
+from __future__ import annotations
+
+import torch.fx
+from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
+from executorch.exir.delegate import executorch_call_delegate
+from torch.export import ExportedProgram
+
+from composer.plan import PORTABLE, Fallback, Partition, Plan
+from composer.registry import Backend, Registry
+from composer.scheduler.guards import foreign_delegate_nodes
+from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord, op_name
+from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_backend_name
+
+HOST = "cpu"
+
+
+def lower_stack(
+    program: ExportedProgram,
+    backends: list[Backend],
+    registry: Registry,
+    stand_ins: set[str],
+) -> tuple[EdgeProgramManager, Plan]:
+    """Lower ``program`` with ``backends`` in order; those in ``stand_ins`` lower to a stand-in."""
+    records: list[PartitionRecord] = []
+    partitioners = [
+        ComposerPartitioner(
+            backend, registry, stand_in=backend.name in stand_ins, on_partition=records.append
+        )
+        for backend in backends
+    ]
+    edge = to_edge_transform_and_lower(
+        program,
+        partitioner=partitioners,
+        # Backends keep ops whole that the edge dialect's validity check does not know.
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+    plan = build_plan(edge.exported_program().graph_module, backends, records, stand_ins)
+    return edge, plan
+
+
+def _delegate_device(
+    graph_module: torch.fx.GraphModule, call: torch.fx.Node, backends: list[Backend]
+) -> tuple[str, str]:
+    lowered = getattr(graph_module, call.args[0].target)
+    if lowered.backend_id == STAND_IN_BACKEND_ID:
+        name = stand_in_backend_name(lowered.compile_specs)
+        spec = next(b.spec for b in backends if b.name == name)
+    else:
+        spec = next(
+            (b.spec for b in backends if b.spec.backend_id == lowered.backend_id), None
+        )
+        if spec is None:  # a delegate composer did not make (an ExecuTorch partitioner's)
+            return lowered.backend_id, HOST
+    return spec.name, spec.device
+
+
+def count_crossings(graph_module: torch.fx.GraphModule, backends: list[Backend]) -> int:
+    """Data edges whose two ends run on different devices (graph inputs and outputs: host)."""
+    device: dict[torch.fx.Node, str] = {}
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target is executorch_call_delegate:
+            device[node] = _delegate_device(graph_module, node, backends)[1]
+        elif node.op == "call_function" and node.args and node.args[0] in device:
+            device[node] = device[node.args[0]]  # a getitem of a delegate's outputs
+        else:
+            device[node] = HOST
+    return sum(
+        1
+        for node in graph_module.graph.nodes
+        if node.op in ("placeholder", "call_function")  # get_attr: a module, not data
+        for user in node.users
+        if device[node] != device[user]
+    )
+
+
+def build_plan(
+    graph_module: torch.fx.GraphModule,
+    backends: list[Backend],
+    records: list[PartitionRecord],
+    stand_ins: set[str],
+) -> Plan:
+    """Assemble the plan from what each backend took and the final lowered graph."""
+    node_backends: dict[str, str] = {}
+    node_ops: dict[str, str] = {}
+    partitions = []
+    for record in records:
+        name = record.backend.name
+        for members in record.partitions:
+            real = [(node, op) for node, op in members if op != "getitem"]
+            for node, op in real:
+                node_backends[node] = name
+                node_ops[node] = op
+            partitions.append(
+                Partition(
+                    id=f"{name}:{len(partitions)}",
+                    backend=name,
+                    device=record.backend.spec.device,
+                    nodes=tuple(node for node, _ in real),
+                    ops=tuple(op for _, op in real),
+                )
+            )
+    guarded = foreign_delegate_nodes(graph_module.graph)
+    fallbacks = []
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or node in guarded or op_name(node) == "getitem":
+            continue
+        node_backends[node.name] = PORTABLE
+        node_ops[node.name] = op_name(node)
+        reasons = tuple(
+            (record.backend.name, record.declined.get(node.name, "not offered"))
+            for record in records
+        )
+        fallbacks.append(Fallback(node.name, op_name(node), reasons))
+    delegate_calls = sum(
+        1
+        for node in graph_module.graph.nodes
+        if node.op == "call_function" and node.target is executorch_call_delegate
+    )
+    return Plan(
+        backends=tuple(b.name for b in backends),
+        node_backends=node_backends,
+        node_ops=node_ops,
+        partitions=tuple(partitions),
+        fallbacks=tuple(fallbacks),
+        delegate_calls=delegate_calls,
+        crossings=count_crossings(graph_module, backends),
+        duplicated_constant_bytes=sum(r.duplicated_constant_bytes for r in records),
+        stand_ins=tuple(b.name for b in backends if b.name in stand_ins),
+    )
