@@ -1,9 +1,9 @@
 """composer: several ExecuTorch backends in one .pte, safely.
 
-    import composer
-    plan = composer.plan(model, ["tensorrt_stub", "xnnpack"], example_inputs)
-    composition = composer.compose(model, "tensorrt_stub,xnnpack", example_inputs)
-    composition.save("model.pte"); print(composition.verify())
+import composer
+plan = composer.plan(model, ["tensorrt_stub", "xnnpack"], example_inputs)
+composition = composer.compose(model, "tensorrt_stub,xnnpack", example_inputs)
+composition.save("model.pte"); print(composition.verify())
 """
 
 from composer.backend_spec import BackendSpec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
 from collections.abc import Sequence
@@ -107,8 +108,11 @@ def compose(
         model, backends, example_inputs, registry, plan_only=False
     )
     edge, result = lower_stack(program, resolved, registry, stand_ins)
+    # Built before to_executorch, which rewrites the edge program in place (buffer copies).
+    reference = edge.exported_program().module()
     try:
-        executorch_program = edge.to_executorch()
+        with torch.no_grad():
+            executorch_program = edge.to_executorch()
     except Exception as error:
         raise ComposerError(
             f"to_executorch failed after lowering with {list(result.backends)}: "
@@ -118,6 +122,7 @@ def compose(
         buffer=executorch_program.buffer,
         plan=result,
         edge=edge,
+        reference=reference,
         eager=model if isinstance(model, torch.nn.Module) else program.module(),
         example_inputs=_example_inputs(program, example_inputs),
     )
@@ -163,7 +168,8 @@ class Composition:
 
     buffer: bytes
     plan: Plan
-    edge: EdgeProgramManager
+    edge: EdgeProgramManager  # lowered, then converted by to_executorch
+    reference: torch.nn.Module  # the lowered program as Python: delegates run their subgraphs
     eager: torch.nn.Module
     example_inputs: tuple
 
@@ -211,8 +217,13 @@ class Composition:
         each delegate runs the subgraph it was made from (which checks the wiring, not the
         backend's kernels).
         """
-        inputs = tuple(self.example_inputs if inputs is None else inputs)
-        expected = _flatten(self.eager(*inputs))
+        with torch.no_grad():
+            return self._verify(tuple(self.example_inputs if inputs is None else inputs))
+
+    def _verify(self, inputs: tuple) -> Verification:
+        # Copies, so that models updating buffers in place start from the same state as
+        # the freshly loaded program, however often verify is called.
+        expected = _flatten(copy.deepcopy(self.eager)(*inputs))
         can_run, reason = self.runtime_can_run()
         if can_run:
             from executorch.runtime import Runtime
@@ -221,7 +232,7 @@ class Composition:
             actual = _flatten(method.execute(list(inputs)))
             executor = "executorch runtime"
         else:
-            actual = _flatten(self.edge.exported_program().module()(*inputs))
+            actual = _flatten(copy.deepcopy(self.reference)(*inputs))
             executor = "python reference"
         if len(actual) != len(expected):
             return Verification(executor, float("inf"), False, reason)

@@ -82,7 +82,7 @@ class Registry:
             )
             try:
                 plugin = entry_point.load()
-            except Exception as error:  # a broken third-party plugin must not stop the others
+            except Exception as error:  # noqa: BLE001 - a broken plugin must not stop the others
                 message = f"{type(error).__name__}: {error}"
                 registry.failed.append(FailedPlugin(info.name, info.distribution, message))
                 warnings.warn(

@@ -78,8 +78,7 @@ def _asap_levels(graph: _Graph, supported: list[bool]) -> list[int]:
         step = 0 if supported[i] else 1
         level = 0
         for p in preds:
-            if levels[p] + step > level:
-                level = levels[p] + step
+            level = max(level, levels[p] + step)
         levels[i] = level
     return levels
 

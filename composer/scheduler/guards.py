@@ -56,9 +56,7 @@ def constant_nbytes(program: ExportedProgram, state_name: str) -> int:
     return 0
 
 
-def tag_constants(
-    program: ExportedProgram, backend_wants: set[torch.fx.Node]
-) -> int:
+def tag_constants(program: ExportedProgram, backend_wants: set[torch.fx.Node]) -> int:
     """Give constants and control-flow submodules the tag of the partition that reads them.
 
     The policy for a constant read outside one partition is *share*: it stays untagged and

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import operator
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 import torch
@@ -15,6 +14,7 @@ from torch.export import ExportedProgram
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.errors import PartitionError, PluginError
+from composer.op_names import op_name
 from composer.registry import Backend, Registry
 from composer.scheduler.convex import partition_by_support
 from composer.scheduler.guards import (
@@ -25,17 +25,6 @@ from composer.scheduler.guards import (
 )
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 from composer.scheduler.validate import describe_path, find_tag_cycle
-
-
-def op_name(node: torch.fx.Node) -> str:
-    """``aten.add.Tensor`` for an edge op; the callable's name otherwise."""
-    target = node.target
-    if target is operator.getitem:
-        return "getitem"
-    name = getattr(target, "__name__", None) or str(target)
-    if not name.startswith("aten.") and hasattr(target, "_op"):
-        name = str(target._op)
-    return name
 
 
 @attrs.define
@@ -68,12 +57,14 @@ class ComposerPartitioner(Partitioner):
         stand_in: bool = False,
         method_name: str = "forward",
         on_partition: Callable[[PartitionRecord], None] | None = None,
+        earlier: Sequence[ComposerPartitioner] = (),
     ) -> None:
         self.backend = backend
         self.registry = registry
         self.stand_in = stand_in
         self.method_name = method_name
         self.on_partition = on_partition
+        self.earlier = tuple(earlier)
         self._native: Partitioner | None = None
         self._native_asked = False
         super().__init__()
@@ -84,6 +75,24 @@ class ComposerPartitioner(Partitioner):
     # --- the hooks ExecuTorch calls -------------------------------------------------
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
+        own, own_filter = self._own_ops_to_not_decompose(ep)
+        # ExecuTorch decomposes once per partitioner, each time with the full table minus
+        # that partitioner's ops: an op an earlier backend kept whole would be decomposed
+        # again by a later one. So each partitioner also keeps what the earlier ones kept.
+        inherited = {op for earlier in self.earlier for op in earlier.ops_to_not_decompose(ep)[0]}
+        ops = list(dict.fromkeys([*own, *sorted(inherited - set(own), key=str)]))
+        if own_filter is None:
+            return (ops, None)
+        own_set = set(own)
+
+        def keep_whole(node: torch.fx.Node) -> bool:
+            if node.target in own_set and own_filter(node):
+                return True
+            return node.target in inherited
+
+        return (ops, keep_whole)
+
+    def _own_ops_to_not_decompose(self, ep: ExportedProgram):
         ops = self.registry.call("composer_ops_to_not_decompose", self.backend, program=ep)
         if ops is not None:
             return (list(ops), None)
@@ -139,9 +148,7 @@ class ComposerPartitioner(Partitioner):
                 declined[node.name] = why_not
             return ok
 
-        partitions = partition_by_support(
-            graph, is_supported, self.backend.spec.min_partition_size
-        )
+        partitions = partition_by_support(graph, is_supported, self.backend.spec.min_partition_size)
         in_partition = {node for members in partitions for node in members}
         for node in graph.nodes:
             if (
@@ -249,9 +256,7 @@ class ComposerPartitioner(Partitioner):
                 f"nodes no backend may take: {', '.join(refused)}",
                 stacklevel=2,
             )
-        native_cycle = find_tag_cycle(
-            graph, {n: t for n, t in tag_of.items() if n in tagged}
-        )
+        native_cycle = find_tag_cycle(graph, {n: t for n, t in tag_of.items() if n in tagged})
         if native_cycle is not None:
             warnings.warn(
                 f"plugin {plugin!r}'s {type(native).__name__} tagged a non-convex set "
@@ -263,7 +268,13 @@ class ComposerPartitioner(Partitioner):
         return tagged, (list(specs[0]) if specs else []), wanted
 
     def _validate(self, graph: torch.fx.Graph) -> None:
-        tag_of = {node: node.meta[TAG] for node in graph.nodes if node.meta.get(TAG)}
+        # Tagged constants and submodules are sources: they cannot close a cycle, and a
+        # constant with readers outside its tag is duplicated by ExecuTorch, not fused.
+        tag_of = {
+            node: node.meta[TAG]
+            for node in graph.nodes
+            if node.op == "call_function" and node.meta.get(TAG)
+        }
         path = find_tag_cycle(graph, tag_of)
         if path is not None:
             tag = next((tag_of[n] for n in path if n in tag_of), "?")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import operator
+
+import torch
 import torch.fx
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
+from composer.op_names import op_name
 from composer.plan import PORTABLE, Fallback, Partition, Plan
 from composer.registry import Backend, Registry
 from composer.scheduler.guards import foreign_delegate_nodes
-from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord, op_name
+from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_backend_name
 
 HOST = "cpu"
@@ -24,20 +28,32 @@ def lower_stack(
 ) -> tuple[EdgeProgramManager, Plan]:
     """Lower ``program`` with ``backends`` in order; those in ``stand_ins`` lower to a stand-in."""
     records: list[PartitionRecord] = []
-    partitioners = [
-        ComposerPartitioner(
-            backend, registry, stand_in=backend.name in stand_ins, on_partition=records.append
+    partitioners: list[ComposerPartitioner] = []
+    for backend in backends:
+        partitioners.append(
+            ComposerPartitioner(
+                backend,
+                registry,
+                stand_in=backend.name in stand_ins,
+                on_partition=records.append,
+                earlier=list(partitioners),
+            )
         )
-        for backend in backends
-    ]
-    edge = to_edge_transform_and_lower(
+    # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
+    # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
+    with torch.no_grad():
+        edge = _lower(program, partitioners)
+    plan = build_plan(edge.exported_program().graph_module, backends, records, stand_ins)
+    return edge, plan
+
+
+def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) -> EdgeProgramManager:
+    return to_edge_transform_and_lower(
         program,
         partitioner=partitioners,
         # Backends keep ops whole that the edge dialect's validity check does not know.
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
-    plan = build_plan(edge.exported_program().graph_module, backends, records, stand_ins)
-    return edge, plan
 
 
 def _delegate_device(
@@ -48,9 +64,7 @@ def _delegate_device(
         name = stand_in_backend_name(lowered.compile_specs)
         spec = next(b.spec for b in backends if b.name == name)
     else:
-        spec = next(
-            (b.spec for b in backends if b.spec.backend_id == lowered.backend_id), None
-        )
+        spec = next((b.spec for b in backends if b.spec.backend_id == lowered.backend_id), None)
         if spec is None:  # a delegate composer did not make (an ExecuTorch partitioner's)
             return lowered.backend_id, HOST
     return spec.name, spec.device
@@ -62,8 +76,8 @@ def count_crossings(graph_module: torch.fx.GraphModule, backends: list[Backend])
     for node in graph_module.graph.nodes:
         if node.op == "call_function" and node.target is executorch_call_delegate:
             device[node] = _delegate_device(graph_module, node, backends)[1]
-        elif node.op == "call_function" and node.args and node.args[0] in device:
-            device[node] = device[node.args[0]]  # a getitem of a delegate's outputs
+        elif node.target is operator.getitem and node.args[0].target is executorch_call_delegate:
+            device[node] = device[node.args[0]]
         else:
             device[node] = HOST
     return sum(

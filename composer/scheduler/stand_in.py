@@ -8,6 +8,7 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from composer.backend_spec import BackendSpec
+from composer.op_names import op_name
 
 STAND_IN_BACKEND_ID = "ComposerStandInBackend"
 _BACKEND_KEY = "composer_backend"
@@ -30,7 +31,7 @@ class ComposerStandInBackend(BackendDetails):
     @staticmethod
     def preprocess(edge_program, compile_specs: list[CompileSpec]) -> PreprocessResult:
         ops = [
-            str(node.target)
+            op_name(node)
             for node in edge_program.graph_module.graph.nodes
             if node.op == "call_function"
         ]

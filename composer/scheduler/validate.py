@@ -8,6 +8,7 @@ O(V + E).
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Mapping
 
@@ -68,7 +69,7 @@ def _cycle_path(succs, remaining: set) -> list[torch.fx.Node]:
     cycle = walk[seen[walk[-1]] :]
     cycle.reverse()  # now forwards: cycle[i] -> cycle[i + 1]
     path: list[torch.fx.Node] = []
-    for source, target in zip(cycle, cycle[1:]):
+    for source, target in itertools.pairwise(cycle):
         edge = succs[source][target]
         for node in edge:
             if not path or path[-1] is not node:

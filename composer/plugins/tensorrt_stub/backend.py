@@ -7,6 +7,8 @@ import json
 import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 
+from composer.op_names import op_name
+
 BLOB_FORMAT = "composer.tensorrt_stub/1"
 
 
@@ -32,7 +34,7 @@ class TensorRTStubBackend(BackendDetails):
         outputs = [_describe(arg.meta.get("val")) for arg in output.args[0]]
         blob = {
             "format": BLOB_FORMAT,
-            "ops": [str(n.target) for n in graph.nodes if n.op == "call_function"],
+            "ops": [op_name(n) for n in graph.nodes if n.op == "call_function"],
             "inputs": inputs,
             "outputs": outputs,
             "constants": len(edge_program.graph_signature.inputs_to_parameters)

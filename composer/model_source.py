@@ -1,0 +1,61 @@
+"""Where a model comes from on the command line: ``zoo:NAME``, ``file.pt2``, ``pkg.mod:factory``."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from composer import zoo
+from composer.errors import ModelError
+
+
+def load_model(source: str) -> tuple[Any, tuple | None]:
+    """Return ``(model, example_inputs)``; for a ``.pt2`` the model is an ExportedProgram."""
+    if source.startswith("zoo:"):
+        return zoo.load(source.removeprefix("zoo:"))
+    if source.endswith(".pt2"):
+        path = Path(source)
+        if not path.is_file():
+            raise ModelError(f"no such file: {source}. Save one with torch.export.save(ep, path).")
+        try:
+            program = torch.export.load(path)
+        except Exception as error:
+            raise ModelError(
+                f"{source} is not a readable torch.export archive ({type(error).__name__}: "
+                f"{error}). Re-save it with torch.export.save."
+            ) from error
+        return program, None
+    if ":" in source:
+        return _from_factory(source)
+    raise ModelError(
+        f"cannot tell what model {source!r} is: use zoo:NAME ({', '.join(sorted(zoo.ZOO))}), "
+        "a .pt2 file from torch.export.save, or package.module:function returning "
+        "(module, example_inputs)."
+    )
+
+
+def _from_factory(source: str) -> tuple[Any, tuple]:
+    module_name, _, function_name = source.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise ModelError(
+            f"cannot import {module_name!r}: {type(error).__name__}: {error}"
+        ) from error
+    factory = getattr(module, function_name, None)
+    if not callable(factory):
+        raise ModelError(f"{module_name!r} has no function {function_name!r}.")
+    try:
+        result = factory()
+    except Exception as error:
+        raise ModelError(f"the factory {source} raised {type(error).__name__}: {error}") from error
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ModelError(
+            f"the factory {source} must return (module, example_inputs), got "
+            f"{type(result).__name__}."
+        )
+    model, inputs = result
+    return model, tuple(inputs)

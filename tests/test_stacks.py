@@ -1,0 +1,110 @@
+"""The shipped stacks over the built-in models, each checked against eager."""
+
+from __future__ import annotations
+
+import pytest
+
+import composer
+from composer import zoo
+
+STACKS = [
+    ["tensorrt_stub", "xnnpack"],
+    ["xnnpack", "tensorrt_stub"],
+    ["xnnpack"],
+    ["tensorrt_stub"],
+]
+MODELS = ["mlp", "cnn", "transformer_block", "cumsum_mlp"]
+
+
+@pytest.mark.parametrize("stack", STACKS, ids=",".join)
+@pytest.mark.parametrize("model_name", MODELS)
+def test_stack_matches_eager(model_name, stack):
+    model, inputs = zoo.load(model_name)
+    composition = composer.compose(model, stack, inputs)
+    plan = composition.plan
+
+    assert composition.buffer[4:8] == b"ET12", "an ExecuTorch flatbuffer program"
+    assert plan.delegate_calls == len(plan.partitions) > 0
+    assert set(plan.node_backends.values()) <= {*stack, "portable"}
+    result = composition.verify()
+    assert result.ok, result
+    if not plan.partitions_of("tensorrt_stub"):
+        assert result.executor == "executorch runtime"
+    else:
+        assert result.executor == "python reference"
+        assert "TensorRTStubBackend" in result.reason
+
+
+@pytest.mark.parametrize("model_name", MODELS)
+def test_plan_is_the_composed_plan(model_name):
+    model, inputs = zoo.load(model_name)
+    planned = composer.plan(model, ["tensorrt_stub", "xnnpack"], inputs)
+    composed = composer.compose(model, ["tensorrt_stub", "xnnpack"], inputs).plan
+    assert planned.to_json() == composed.to_json()
+
+
+def test_cumsum_falls_back_to_portable_with_reasons():
+    model, inputs = zoo.load("cumsum_mlp")
+    plan = composer.plan(model, "tensorrt_stub,xnnpack", inputs)
+    assert plan.nodes_on("portable") == ["aten_cumsum_default"]
+    (fallback,) = plan.fallbacks
+    assert dict(fallback.reasons) == {
+        "tensorrt_stub": "unsupported op",
+        "xnnpack": "not tagged by XnnpackPartitioner",
+    }
+    assert "fallback aten_cumsum_default (aten.cumsum.default)" in plan.summary_table()
+
+
+def test_tensorrt_stub_then_xnnpack_counts_device_crossings():
+    model, inputs = zoo.load("cumsum_mlp")
+    plan = composer.plan(model, ["tensorrt_stub", "xnnpack"], inputs)
+    # x -> trt; trt -> cumsum (host); cumsum -> trt; trt -> output.
+    assert [p.device for p in plan.partitions] == ["cuda", "cuda"]
+    assert plan.crossings == 4
+
+
+def test_plan_json_has_stable_keys():
+    import json
+
+    model, inputs = zoo.load("mlp")
+    data = json.loads(composer.plan(model, ["xnnpack"], inputs).to_json())
+    assert list(data) == [
+        "backends",
+        "stand_ins",
+        "summary",
+        "delegate_calls",
+        "crossings",
+        "duplicated_constant_bytes",
+        "partitions",
+        "fallbacks",
+        "nodes",
+    ]
+    assert data["summary"]["xnnpack"]["partitions"] == 1
+
+
+def test_tensorrt_stub_blob_describes_its_subgraph():
+    import json
+
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    model, inputs = zoo.load("mlp")
+    composition = composer.compose(model, ["tensorrt_stub"], inputs)
+    program = deserialize_pte_binary(composition.buffer).program
+    (delegate,) = program.execution_plan[0].delegates
+    assert delegate.id == "TensorRTStubBackend"
+    blob = json.loads(program.backend_delegate_data[delegate.processed.index].data)
+    assert blob["format"] == "composer.tensorrt_stub/1"
+    assert blob["inputs"] == [{"shape": [4, 16], "dtype": "float32"}]
+    assert blob["outputs"] == [{"shape": [4, 8], "dtype": "float32"}]
+    assert blob["ops"].count("aten.addmm.default") == 3
+
+
+def test_ops_an_earlier_backend_keeps_whole_stay_whole_for_later_backends():
+    """Plain ExecuTorch re-decomposes XNNPACK's aten.linear when another partitioner follows."""
+    model, inputs = zoo.load("transformer_block")
+    alone = composer.plan(model, ["xnnpack"], inputs)
+    stacked = composer.compose(model, ["xnnpack", "tensorrt_stub"], inputs)
+    assert alone.ops_on("xnnpack")["aten.linear.default"] == 4
+    assert stacked.plan.ops_on("xnnpack")["aten.linear.default"] == 4
+    assert stacked.plan.partitions_of("tensorrt_stub")
+    assert stacked.verify().ok
