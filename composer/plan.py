@@ -115,8 +115,9 @@ class Plan:
             )
         widths = [max(len(row[i]) for row in rows) for i in range(3)]
         lines = [
-            ("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3])
-            .rstrip()
+            (
+                "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3]
+            ).rstrip()
             for row in rows
         ]
         lines.append(

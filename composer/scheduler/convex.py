@@ -1,59 +1,35 @@
-"""Maximal convex partitioning of the supported nodes of a graph, in near-linear time.
+"""Convex partitioning of a graph's supported nodes: as few partitions as possible, in O(V + E).
 
-Every ``call_function`` node gets an integer *level* such that along every edge the level
-never decreases, and it strictly increases on every edge into an unsupported node. A
-partition is a connected set of supported nodes of one level (connected through edges
-between them). Then:
+Every ``call_function`` node gets a *level*: the largest number of steps from a supported
+node into an unsupported one on any path that reaches it. Levels never decrease along an
+edge and rise on every supported -> unsupported edge. The partitions are the supported
+nodes grouped by level. Then:
 
-* a partition is convex: a path that leaves it and comes back stays on one level, so it
-  never passes an unsupported node, so every node on it is supported, of that level and
-  connected to the partition, hence inside it;
-* the graph with every partition collapsed is acyclic: a cycle between partitions would
-  again be a path whose levels cannot rise, so the partitions on it would be one.
+* each partition is convex: a path that leaves it and comes back cannot rise, so it meets
+  no unsupported node, so every node on it is supported and of that level: inside;
+* the graph with every partition collapsed is acyclic, by the same argument on a cycle;
+* no valid partitioning has fewer partitions: a path that goes supported node, unsupported
+  node(s), supported node, ... forces a new partition at every such step, and the deepest
+  supported node's level counts exactly those steps on its longest path.
 
-Levels start "as soon as possible"; a second pass, in reverse topological order of the
-groups, lifts each group as late as its successors allow, so that side branches join the
-partition they feed instead of forming partitions of their own. Both passes and the
-union-find over edges are O((V + E) α(V)). ``torch.fx``'s ``CapabilityBasedPartitioner``
-merges pairwise with a reachability check, which is super-quadratic on large graphs.
+A partition may hold several unconnected pieces (as ``torch.fx``'s
+``CapabilityBasedPartitioner`` also makes): one delegate call instead of several. That
+partitioner merges pairwise with a reachability check per merge, which is super-quadratic
+on large graphs; this is one pass in topological order.
 """
 
 from __future__ import annotations
 
 import operator
-from collections import deque
 from collections.abc import Callable, Sequence
 
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-# Dropping partitions below the minimum size can change the levels of the rest; a few
-# re-runs reach the fixed point in practice, after that the small ones are just dropped
-# (dropping keeps every other partition convex and the collapsed graph acyclic).
+# Dropping partitions below the minimum size changes the levels of the rest; a few re-runs
+# reach the fixed point in practice, after that the small ones are just dropped (dropping a
+# partition keeps every other one convex and the collapsed graph acyclic).
 _MAX_REFINEMENTS = 4
-
-
-class _UnionFind:
-    def __init__(self, size: int) -> None:
-        self.parent = list(range(size))
-
-    def find(self, item: int) -> int:
-        parent = self.parent
-        root = item
-        while parent[root] != root:
-            root = parent[root]
-        while parent[item] != root:
-            parent[item], item = root, parent[item]
-        return root
-
-    def union(self, a: int, b: int) -> None:
-        root_a, root_b = self.find(a), self.find(b)
-        if root_a != root_b:
-            # The smaller index becomes the root, so groups are named by their first node.
-            if root_a < root_b:
-                self.parent[root_b] = root_a
-            else:
-                self.parent[root_a] = root_b
 
 
 class _Graph:
@@ -72,72 +48,24 @@ class _Graph:
         self.is_getitem = [node.target is operator.getitem for node in self.nodes]
 
 
-def _asap_levels(graph: _Graph, supported: list[bool]) -> list[int]:
+def _levels(graph: _Graph, supported: list[bool]) -> list[int]:
     levels = [0] * len(graph.nodes)
     for i, preds in enumerate(graph.preds):
-        step = 0 if supported[i] else 1
         level = 0
         for p in preds:
-            level = max(level, levels[p] + step)
+            # Stepping from a supported node into an unsupported one starts a new stage.
+            candidate = levels[p] + (1 if supported[p] and not supported[i] else 0)
+            level = max(level, candidate)
         levels[i] = level
     return levels
 
 
-def _groups(graph: _Graph, supported: list[bool], levels: list[int]) -> _UnionFind:
-    groups = _UnionFind(len(graph.nodes))
-    for i, preds in enumerate(graph.preds):
-        if supported[i]:
-            for p in preds:
-                if supported[p] and levels[p] == levels[i]:
-                    groups.union(p, i)
-    return groups
-
-
-def _lift_levels(graph: _Graph, supported: list[bool], levels: list[int]) -> None:
-    """Raise each group as far as its successors allow, latest groups first."""
-    groups = _groups(graph, supported, levels)
-    root = [groups.find(i) for i in range(len(graph.nodes))]
-    members: dict[int, list[int]] = {}
-    for i, r in enumerate(root):
-        members.setdefault(r, []).append(i)
-    group_succs: dict[int, set[int]] = {r: set() for r in members}
-    in_degree = dict.fromkeys(members, 0)
-    for i, succs in enumerate(graph.succs):
-        for s in succs:
-            if root[s] != root[i] and root[s] not in group_succs[root[i]]:
-                group_succs[root[i]].add(root[s])
-                in_degree[root[s]] += 1
-    ready = deque(r for r, d in in_degree.items() if d == 0)
-    order = []
-    while ready:
-        r = ready.popleft()
-        order.append(r)
-        for s in group_succs[r]:
-            in_degree[s] -= 1
-            if in_degree[s] == 0:
-                ready.append(s)
-    for r in reversed(order):
-        slack = None
-        for i in members[r]:
-            for s in graph.succs[i]:
-                if root[s] == r:
-                    continue
-                room = levels[s] - levels[i] - (0 if supported[s] else 1)
-                if slack is None or room < slack:
-                    slack = room
-        if slack:  # None (a sink group) or 0 (already tight): stays
-            for i in members[r]:
-                levels[i] += slack
-
-
 def _propose(graph: _Graph, supported: list[bool]) -> list[list[int]]:
-    levels = _asap_levels(graph, supported)
-    _lift_levels(graph, supported, levels)
-    groups = _groups(graph, supported, levels)
+    levels = _levels(graph, supported)
     partitions: dict[int, list[int]] = {}
     for i in range(len(graph.nodes)):
         if supported[i]:
-            partitions.setdefault(groups.find(i), []).append(i)
+            partitions.setdefault(levels[i], []).append(i)
     return list(partitions.values())
 
 
@@ -150,7 +78,7 @@ def partition_convex(
     operator_support: OperatorSupportBase,
     min_size: int = 1,
 ) -> list[list[torch.fx.Node]]:
-    """Group the supported ``call_function`` nodes into maximal convex partitions.
+    """Group the supported ``call_function`` nodes into as few convex partitions as possible.
 
     Takes the same inputs as ``torch.fx``'s ``CapabilityBasedPartitioner``. A ``getitem``
     goes where its producer goes and does not count towards ``min_size``. Every partition is

@@ -66,8 +66,12 @@ def _cycle_path(succs, remaining: set) -> list[torch.fx.Node]:
     while walk[-1] not in seen:
         seen[walk[-1]] = len(walk) - 1
         walk.append(preds[walk[-1]][0])
-    cycle = walk[seen[walk[-1]] :]
-    cycle.reverse()  # now forwards: cycle[i] -> cycle[i + 1]
+    cycle = walk[seen[walk[-1]] : -1]
+    cycle.reverse()  # now forwards: cycle[i] -> cycle[i + 1], and the last back to the first
+    # Start at a tag (a DAG's own nodes cannot form a cycle, so one is on it): the path then
+    # reads "leaves the tag here ... re-enters it there".
+    start = next(i for i, group in enumerate(cycle) if not isinstance(group, torch.fx.Node))
+    cycle = cycle[start:] + cycle[:start] + [cycle[start]]
     path: list[torch.fx.Node] = []
     for source, target in itertools.pairwise(cycle):
         edge = succs[source][target]

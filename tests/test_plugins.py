@@ -1,0 +1,187 @@
+"""Plugin discovery, third-party plugins installed with pip, and the priority list."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from plugins_for_tests import GreedyPlugin, registry_with
+
+import composer
+from composer import BackendListError, BackendSpec, PluginError, zoo
+from composer.hookspecs import hookimpl
+from composer.registry import PluginInfo, Registry, default_registry
+
+HERE = Path(__file__).parent
+
+
+def test_in_tree_plugins_register_through_entry_points():
+    backends = default_registry().backends
+    assert {"xnnpack", "tensorrt_stub"} <= set(backends)
+    assert backends["xnnpack"].origin.distribution == "executorch-composer"
+    assert backends["xnnpack"].spec == BackendSpec(
+        "xnnpack",
+        "XnnpackBackend",
+        device="cpu",
+        min_partition_size=1,
+        description=backends["xnnpack"].spec.description,
+    )
+    assert backends["tensorrt_stub"].spec.min_partition_size == 2
+
+
+def test_unknown_backend_lists_the_known_ones():
+    with pytest.raises(
+        BackendListError, match=r"unknown backend 'tensorrt'.*tensorrt_stub, xnnpack"
+    ):
+        default_registry().resolve("tensorrt,xnnpack")
+
+
+def test_duplicate_backend_is_an_error():
+    with pytest.raises(BackendListError, match="'xnnpack' appears twice"):
+        default_registry().resolve(["xnnpack", "tensorrt_stub", "xnnpack"])
+
+
+@pytest.mark.parametrize("names", ["", [], " , "])
+def test_empty_backend_list_is_an_error(names):
+    with pytest.raises(BackendListError, match="empty"):
+        default_registry().resolve(names)
+
+
+def test_compose_refuses_unknown_backend_before_exporting():
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(composer.ComposerError, match="unknown backend 'cuda_typo'"):
+        composer.compose(model, ["cuda_typo"], inputs)
+
+
+def test_second_declaration_of_a_backend_name_is_ignored_with_a_warning():
+    registry = registry_with(GreedyPlugin("greedy"))
+    with pytest.warns(
+        UserWarning, match=r"'greedy' is declared by plugin 'greedy'.*keeping the first"
+    ):
+        registry.add_plugin(GreedyPlugin("greedy"), PluginInfo("other", "composer-other", "1"))
+    assert registry.backends["greedy"].origin.name == "greedy"
+
+
+class WrongReturn:
+    @hookimpl
+    def composer_backends(self):
+        return ["not a spec"]
+
+
+def test_plugin_returning_the_wrong_type_is_named():
+    with pytest.raises(
+        PluginError, match=r"plugin 'wrong'.*must return a list of composer.BackendSpec"
+    ):
+        Registry([(WrongReturn(), PluginInfo("wrong", "composer-wrong", "0"))])
+
+
+class RaisingSupport:
+    spec = BackendSpec("raiser", "ComposerTestBackend")
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_operator_support(self, backend, program):
+        raise RuntimeError("boom")
+
+
+def test_plugin_hook_that_raises_is_named():
+    registry = registry_with(RaisingSupport())
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(PluginError, match=r"plugin 'raiser'.*composer_operator_support.*boom"):
+        composer.plan(model, ["raiser"], inputs, registry=registry)
+
+
+def test_nn_module_without_example_inputs_is_a_model_error():
+    with pytest.raises(composer.ModelError, match="pass example_inputs"):
+        composer.plan(zoo.load("mlp")[0], ["xnnpack"])
+
+
+def test_model_that_fails_to_export_is_a_model_error():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow: torch.export cannot trace it
+                return x
+            return -x
+
+    with pytest.raises(composer.ModelError, match="torch.export failed for DataDependent"):
+        composer.plan(DataDependent(), ["xnnpack"], (torch.randn(3),))
+
+
+@pytest.fixture(scope="module")
+def installed_plugins(tmp_path_factory) -> Path:
+    """The sample and broken plugin packages, pip-installed into a directory of their own."""
+    target = tmp_path_factory.mktemp("site")
+    for package in ("sample_plugin", "broken_plugin"):
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+             "--no-index", "--target", str(target), str(HERE / package)],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+    return target
+
+
+SCRIPT = """
+import json, warnings
+import composer
+from composer import zoo
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    registry = composer.default_registry()
+model, inputs = zoo.load("cumsum_mlp")
+composition = composer.compose(model, ["xnnpack", "sample"], inputs)
+print(json.dumps({
+    "backends": {n: b.origin.distribution + " " + b.origin.version
+                 for n, b in registry.backends.items()},
+    "failed": [f.name for f in registry.failed],
+    "warnings": [str(w.message) for w in caught if "composer plugin" in str(w.message)],
+    "sample_ops": dict(composition.plan.ops_on("sample")),
+    "ok": composition.verify().ok,
+}))
+"""
+
+
+def test_third_party_plugin_installed_with_pip_stacks_with_the_others(installed_plugins):
+    env = {**os.environ, "PYTHONPATH": str(installed_plugins)}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["backends"]["sample"] == "composer-sample-backend 0.3.0"
+    assert result["backends"]["xnnpack"].startswith("executorch-composer ")
+    assert result["failed"] == ["broken"]
+    assert (
+        "composer plugin 'broken' (from composer-broken-backend) failed to import"
+        in (result["warnings"][0])
+    )
+    assert "composer_dependency_that_is_not_installed" in result["warnings"][0]
+    assert result["sample_ops"] == {"aten.cumsum.default": 1}
+    assert result["ok"]
+
+
+def test_cli_lists_third_party_and_broken_plugins(installed_plugins):
+    env = {**os.environ, "PYTHONPATH": str(installed_plugins)}
+    done = subprocess.run(
+        [sys.executable, "-m", "composer.cli", "backends"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["name", "backend", "id", "device", "lowers", "here", "from"]
+    sample = next(line for line in lines if line.startswith("sample "))
+    assert sample.split() == [
+        "sample",
+        "SampleBackend",
+        "cpu",
+        "yes",
+        "composer-sample-backend",
+        "0.3.0",
+    ]
+    assert any(line.startswith("failed to load plugin broken") for line in lines)
