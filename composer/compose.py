@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,15 @@ def _example_inputs(program: ExportedProgram, given: Sequence[Any] | None) -> tu
     return ()
 
 
-def _prepare(model, backends, example_inputs, registry, plan_only):
+def _prepare(model, backends, example_inputs, registry, plan_only, options):
     registry = registry or default_registry()
     resolved = registry.resolve(backends)
+    unknown = set(options or {}) - {backend.name for backend in resolved}
+    if unknown:
+        raise BackendListError(
+            f"options given for {', '.join(sorted(unknown))}, which is not in the backend list "
+            f"{[b.name for b in resolved]}."
+        )
     stand_ins = set()
     for backend in resolved:
         reason = registry.unavailable_reason(backend)
@@ -82,6 +88,7 @@ def plan(
     backends: str | Sequence[str],
     example_inputs: Sequence[Any] | None = None,
     *,
+    options: Mapping[str, Mapping[str, str]] | None = None,
     registry: Registry | None = None,
 ) -> Plan:
     """Work out which backend takes which node, without compiling anything.
@@ -89,10 +96,10 @@ def plan(
     Runs on any machine: the partitions are exactly those ``compose`` makes on the target.
     """
     program, resolved, registry, stand_ins = _prepare(
-        model, backends, example_inputs, registry, plan_only=True
+        model, backends, example_inputs, registry, plan_only=True, options=options
     )
     unavailable = {b.name for b in resolved if registry.unavailable_reason(b) is not None}
-    _edge, result = lower_stack(program, resolved, registry, stand_ins)
+    _edge, result = lower_stack(program, resolved, registry, stand_ins, options)
     return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
 
 
@@ -101,13 +108,17 @@ def compose(
     backends: str | Sequence[str],
     example_inputs: Sequence[Any] | None = None,
     *,
+    options: Mapping[str, Mapping[str, str]] | None = None,
     registry: Registry | None = None,
 ) -> Composition:
-    """Lower ``model`` with ``backends`` in priority order into one ExecuTorch program."""
+    """Lower ``model`` with ``backends`` in priority order into one ExecuTorch program.
+
+    ``options`` maps a backend name to its options, e.g. ``{"cuda": {"max_autotune": "OFF"}}``.
+    """
     program, resolved, registry, stand_ins = _prepare(
-        model, backends, example_inputs, registry, plan_only=False
+        model, backends, example_inputs, registry, plan_only=False, options=options
     )
-    edge, result = lower_stack(program, resolved, registry, stand_ins)
+    edge, result = lower_stack(program, resolved, registry, stand_ins, options)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
     try:

@@ -9,7 +9,8 @@ match the specs below, registered through the ``composer`` entry-point group::
 
 composer asks a backend's hooks only of the plugin that declared that backend in
 ``composer_backends``, so a plugin that declares one backend need not check which backend
-it is asked about. A plugin that declares several reads ``backend.name``.
+it is asked about. A plugin that declares several reads ``backend.name``. A hook
+implementation may leave out arguments it does not use (pluggy passes only those it names).
 
 Every hook but ``composer_backends`` is optional; a hook that is not implemented (or returns
 ``None``) falls back to the default documented on it.
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
     from executorch.exir.backend.compile_spec_schema import CompileSpec
     from executorch.exir.backend.partitioner import Partitioner
@@ -55,7 +58,7 @@ def composer_backends() -> list[BackendSpec]:
 
 @hookspec(firstresult=True)
 def composer_operator_support(
-    backend: BackendSpec, program: ExportedProgram
+    backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
 ) -> OperatorSupportBase | None:
     """Say which nodes of ``program`` (an edge-dialect program) ``backend`` can take.
 
@@ -66,6 +69,13 @@ def composer_operator_support(
     composer groups the supported nodes into maximal convex partitions of at least
     ``backend.min_partition_size`` nodes, and brings along the constants that only those
     partitions read.
+
+    If the object also has ``reason_unsupported(node) -> str | None``, the plan shows that
+    reason for each node it declines (otherwise: "unsupported op").
+
+    ``options`` are the user's options for this backend (``compose(..., options={"name":
+    {...}})``), strings by name; an empty mapping when none were given. Raise
+    ``composer.ComposerError`` for an option you do not know.
 
     Return ``None`` to use ``composer_partitioner`` instead. A backend must implement one of
     the two.
@@ -89,21 +99,25 @@ def composer_partitioner(backend: BackendSpec, program: ExportedProgram) -> Part
 
 
 @hookspec(firstresult=True)
-def composer_compile_specs(backend: BackendSpec, method_name: str) -> list[CompileSpec] | None:
+def composer_compile_specs(
+    backend: BackendSpec, method_name: str, options: Mapping[str, str]
+) -> list[CompileSpec] | None:
     """Return the ExecuTorch ``CompileSpec`` list handed to ``backend``'s ``preprocess``.
 
-    ``method_name`` is the program method being lowered (``"forward"``). ``None`` means no
-    compile specs (or those of the native partitioner, when there is one).
+    ``method_name`` is the program method being lowered (``"forward"``); ``options`` as in
+    ``composer_operator_support``. ``None`` means no compile specs (or those of the native
+    partitioner, when there is one).
     """
 
 
 @hookspec(firstresult=True)
 def composer_ops_to_not_decompose(
-    backend: BackendSpec, program: ExportedProgram
+    backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
 ) -> list[torch._ops.OpOverload] | None:
     """Return the ATen ops ``backend`` wants to see whole, not decomposed, in the edge program.
 
-    ``program`` is the ATen-dialect program before decomposition. Backends are asked in
+    ``program`` is the ATen-dialect program before decomposition; ``options`` as in
+    ``composer_operator_support``. Backends are asked in
     priority order and every answer is honoured, so an op one backend keeps whole is whole
     for the backends after it too. ``None``: the native partitioner's answer, if any, else
     nothing.

@@ -8,6 +8,14 @@ import torch
 import torch.fx
 
 
+def overload_of(target) -> torch._ops.OpOverload | None:
+    """The ATen (or other namespace) overload behind an edge op or an OpOverload."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target
+    wrapped = getattr(target, "_op", None)  # edge ops wrap the OpOverload
+    return wrapped if isinstance(wrapped, torch._ops.OpOverload) else None
+
+
 def op_name(node: torch.fx.Node) -> str:
     """``aten.add.Tensor`` for an ATen or edge op, ``higher_order.cond``, ``getitem``."""
     target = node.target
@@ -15,7 +23,7 @@ def op_name(node: torch.fx.Node) -> str:
         return "getitem"
     if isinstance(target, torch._ops.HigherOrderOperator):
         return f"higher_order.{target.name()}"
-    op = getattr(target, "_op", target)  # edge ops wrap the ATen overload
-    if isinstance(op, torch._ops.OpOverload):
+    op = overload_of(target)
+    if op is not None:
         return str(op)
     return getattr(target, "__name__", None) or str(target)

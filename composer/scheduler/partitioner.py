@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import torch
@@ -58,6 +58,7 @@ class ComposerPartitioner(Partitioner):
         method_name: str = "forward",
         on_partition: Callable[[PartitionRecord], None] | None = None,
         earlier: Sequence[ComposerPartitioner] = (),
+        options: Mapping[str, str] | None = None,
     ) -> None:
         self.backend = backend
         self.registry = registry
@@ -65,6 +66,7 @@ class ComposerPartitioner(Partitioner):
         self.method_name = method_name
         self.on_partition = on_partition
         self.earlier = tuple(earlier)
+        self.options = dict(options or {})
         self._native: Partitioner | None = None
         self._native_asked = False
         super().__init__()
@@ -93,7 +95,9 @@ class ComposerPartitioner(Partitioner):
         return (ops, keep_whole)
 
     def _own_ops_to_not_decompose(self, ep: ExportedProgram):
-        ops = self.registry.call("composer_ops_to_not_decompose", self.backend, program=ep)
+        ops = self.registry.call(
+            "composer_ops_to_not_decompose", self.backend, program=ep, options=self.options
+        )
         if ops is not None:
             return (list(ops), None)
         native = self._native_partitioner(ep)
@@ -111,7 +115,10 @@ class ComposerPartitioner(Partitioner):
         graph = exported_program.graph_module.graph
         guarded = foreign_delegate_nodes(graph)
         support = self.registry.call(
-            "composer_operator_support", self.backend, program=exported_program
+            "composer_operator_support",
+            self.backend,
+            program=exported_program,
+            options=self.options,
         )
         native_compile_specs: list[CompileSpec] = []
         wanted_constants: set[torch.fx.Node] = set()
@@ -124,10 +131,14 @@ class ComposerPartitioner(Partitioner):
                 )
             submodules = dict(exported_program.graph_module.named_modules())
 
+            explain = getattr(support, "reason_unsupported", None)
+
             def answer(node: torch.fx.Node) -> bool:
                 return bool(support.is_node_supported(submodules, node))
 
-            why_not = "unsupported op"
+            def why_not(node: torch.fx.Node) -> str:
+                reason = explain(node) if explain is not None else None
+                return reason or "unsupported op"
         else:
             tagged, native_compile_specs, wanted_constants = self._run_native(
                 exported_program, guarded
@@ -136,7 +147,8 @@ class ComposerPartitioner(Partitioner):
             def answer(node: torch.fx.Node) -> bool:
                 return node in tagged
 
-            why_not = f"not tagged by {type(self._native).__name__}"
+            def why_not(node: torch.fx.Node) -> str:
+                return f"not tagged by {type(self._native).__name__}"
 
         declined: dict[str, str] = {}
 
@@ -145,7 +157,7 @@ class ComposerPartitioner(Partitioner):
                 return False
             ok = answer(node)
             if not ok:
-                declined[node.name] = why_not
+                declined[node.name] = why_not(node)
             return ok
 
         partitions = partition_by_support(graph, is_supported, self.backend.spec.min_partition_size)
@@ -190,7 +202,10 @@ class ComposerPartitioner(Partitioner):
         if self.stand_in:
             return stand_in_compile_specs(self.backend.spec)
         specs = self.registry.call(
-            "composer_compile_specs", self.backend, method_name=self.method_name
+            "composer_compile_specs",
+            self.backend,
+            method_name=self.method_name,
+            options=self.options,
         )
         if specs is None:
             return list(native)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 
 import torch
 import torch.fx
@@ -25,8 +26,13 @@ def lower_stack(
     backends: list[Backend],
     registry: Registry,
     stand_ins: set[str],
+    options: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[EdgeProgramManager, Plan]:
-    """Lower ``program`` with ``backends`` in order; those in ``stand_ins`` lower to a stand-in."""
+    """Lower ``program`` with ``backends`` in order; those in ``stand_ins`` lower to a stand-in.
+
+    ``options`` maps a backend name to its options (strings by name).
+    """
+    options = options or {}
     records: list[PartitionRecord] = []
     partitioners: list[ComposerPartitioner] = []
     for backend in backends:
@@ -37,6 +43,7 @@ def lower_stack(
                 stand_in=backend.name in stand_ins,
                 on_partition=records.append,
                 earlier=list(partitioners),
+                options=options.get(backend.name),
             )
         )
     # Inference programs: with autograd on, ExecuTorch's passes trip over in-place

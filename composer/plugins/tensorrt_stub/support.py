@@ -6,6 +6,8 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from composer.op_names import overload_of
+
 # Names of ATen overload packets (``aten.<name>``); every overload of each is taken.
 CONVERTIBLE_OPS = frozenset(
     {
@@ -41,11 +43,11 @@ UNSUPPORTED_DTYPES = frozenset({torch.float64, torch.complex64, torch.complex128
 
 
 def _packet_name(target) -> str | None:
-    op = getattr(target, "_op", target)  # edge ops wrap the ATen overload
-    if isinstance(op, torch._ops.OpOverload):
-        packet = op.overloadpacket.__name__
-        return packet if op.namespace == "aten" else f"{op.namespace}.{packet}"
-    return None
+    op = overload_of(target)
+    if op is None:
+        return None
+    packet = op.overloadpacket.__name__
+    return packet if op.namespace == "aten" else f"{op.namespace}.{packet}"
 
 
 class TensorRTOperatorSupport(OperatorSupportBase):

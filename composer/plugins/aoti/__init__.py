@@ -1,0 +1,175 @@
+"""What the AOTInductor-driven backends (CUDA, Metal) share: support, fallback prediction, specs.
+
+ExecuTorch's ``AotiPartitioner`` claims every node not yet lowered, and the backend's
+``preprocess`` then fails the whole lowering when Inductor emits a fallback kernel the
+backend's runtime has no shim for ("missing fallback kernels"). This plugin predicts those
+ops before lowering from Inductor's own tables, leaves them to the next backend (or
+portable kernels), and says why in the plan.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import torch
+import torch.fx
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from composer.backend_spec import BackendSpec
+from composer.errors import ComposerError
+from composer.hookspecs import hookimpl
+from composer.op_names import overload_of
+
+
+@functools.cache
+def _inductor_tables():
+    from torch._inductor import lowering
+    from torch._inductor.decomposition import select_decomp_table
+
+    return lowering.lowerings, lowering.fallbacks, select_decomp_table()
+
+
+def becomes_fallback_kernel(op: torch._ops.OpOverload) -> bool:
+    """Whether Inductor would call out to ATen for ``op`` instead of generating code for it."""
+    lowerings, fallbacks, decompositions = _inductor_tables()
+    if op in decompositions:
+        return False
+    return op in fallbacks or op not in lowerings
+
+
+def fallback_kernel_names(op: torch._ops.OpOverload, device: str) -> set[str]:
+    """The names under which Inductor asks a runtime for ``op``'s fallback kernel."""
+    packet = op.overloadpacket.__name__
+    overload = op._overloadname
+    full = packet if overload == "default" else f"{packet}_{overload}"
+    return {f"aoti_torch_{device}_{full}", f"at::_ops::{full}::call", str(op.name())}
+
+
+class AotiOperatorSupport(OperatorSupportBase):
+    """Every node AOTInductor compiles for the backend; ops ending as unsupported fallbacks not.
+
+    ``reason_unsupported`` tells the plan why a node was left out.
+    """
+
+    def __init__(self, plugin: AotiPlugin, options: Mapping[str, str]) -> None:
+        self.plugin = plugin
+        self.options = options
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return self.reason_unsupported(node) is None
+
+    def reason_unsupported(self, node: torch.fx.Node) -> str | None:
+        if node.op != "call_function":
+            return "not an op"
+        op = overload_of(node.target)
+        if op is None or op.namespace != "aten":
+            return None  # control flow, ExecuTorch's own ops: AOTInductor takes them
+        special = self.plugin.special_case(op, node, self.options)
+        if special is not False:
+            return special
+        if not becomes_fallback_kernel(op):
+            return None
+        device = self.plugin.inductor_device
+        if fallback_kernel_names(op, device) & set(self.plugin.supported_fallback_kernels()):
+            return None
+        return (
+            f"AOTInductor would emit a fallback kernel for {op} that "
+            f"{self.plugin.spec.backend_id}'s runtime has no shim for"
+        )
+
+
+class AotiPlugin:
+    """A composer plugin for one AOTInductor-driven ExecuTorch backend.
+
+    Subclasses set ``spec``, ``inductor_device`` and ``options`` (name -> (allowed values,
+    default, help)) and implement ``backend_class``, ``unavailable_reason`` and, where the
+    backend replaces some ops itself, ``special_case``.
+    """
+
+    spec: BackendSpec
+    inductor_device: str
+    options: Mapping[str, tuple[tuple[str, ...] | None, str | None, str]] = {}
+
+    # --- what differs per backend ---------------------------------------------------
+
+    def backend_class(self) -> type:
+        raise NotImplementedError
+
+    def unavailable_reason(self) -> str | None:
+        raise NotImplementedError
+
+    def special_case(
+        self, op, node: torch.fx.Node, options: Mapping[str, str]
+    ) -> str | None | bool:
+        """``False``: no special rule for ``op``; ``None``: supported; a string: why not."""
+        return False
+
+    def base_compile_specs(self, method_name: str, options: Mapping[str, str]) -> list:
+        backend = self.backend_class()
+        return [backend.generate_method_name_compile_spec(method_name)]
+
+    # --- shared -----------------------------------------------------------------------
+
+    def supported_fallback_kernels(self) -> set[str]:
+        try:
+            return set(self.backend_class().get_supported_fallback_kernels())
+        except ImportError:  # the backend's module cannot import here; plan with no shims
+            return set()
+
+    def checked_options(self, options: Mapping[str, str] | None) -> dict[str, str]:
+        """``options`` with defaults filled in; an unknown name or value is a ComposerError."""
+        given = dict(options or {})
+        for name, value in given.items():
+            if name not in self.options:
+                known = ", ".join(sorted(self.options)) or "none"
+                raise ComposerError(
+                    f"unknown option {name!r} for backend {self.spec.name!r}; known: {known}."
+                )
+            allowed = self.options[name][0]
+            if allowed is not None and str(value).upper() not in allowed:
+                raise ComposerError(
+                    f"option {name!r} of backend {self.spec.name!r} must be one of "
+                    f"{', '.join(allowed)}, not {value!r}."
+                )
+        result = {name: default for name, (_, default, _) in self.options.items() if default}
+        result.update(
+            {
+                name: str(value).upper() if self.options[name][0] else str(value)
+                for name, value in given.items()
+            }
+        )
+        return result
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_unavailable_reason(self, backend):
+        return self.unavailable_reason()
+
+    @hookimpl
+    def composer_operator_support(self, backend, program, options):
+        return AotiOperatorSupport(self, self.checked_options(options))
+
+    @hookimpl
+    def composer_ops_to_not_decompose(self, backend, program, options):
+        # Like AotiPartitioner, keep whole what AOTInductor compiles whole; unlike it, let
+        # ops it would not take decompose, so their parts can still go to this backend.
+        support = AotiOperatorSupport(self, self.checked_options(options))
+        keep: dict[torch._ops.OpOverload, bool] = {}
+        for node in program.graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+                ok = support.reason_unsupported(node) is None
+                keep[node.target] = keep.get(node.target, True) and ok
+        return [op for op, ok in keep.items() if ok]
+
+    @hookimpl
+    def composer_compile_specs(self, backend, method_name, options):
+        from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+        checked = self.checked_options(options)
+        specs = self.base_compile_specs(method_name, checked)
+        specs.extend(CompileSpec(name, value.encode()) for name, value in sorted(checked.items()))
+        return specs

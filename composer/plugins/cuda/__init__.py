@@ -1,0 +1,63 @@
+"""The ``cuda`` backend: ExecuTorch's CUDA backend (AOTInductor) on an NVIDIA GPU.
+
+Options (``compose(..., options={"cuda": {...}})`` or ``--option cuda.NAME=VALUE``):
+``triton_kernel_mode`` (ON/OFF: ExecuTorch's Triton replacements, e.g. its bf16 SDPA),
+``max_autotune`` (ON/OFF), ``low_memory_mode`` (ON/OFF), ``target_device`` (``cuda:0``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from composer.backend_spec import BackendSpec
+from composer.plugins.aoti import AotiPlugin
+
+ON_OFF = ("ON", "OFF")
+
+
+class CudaPlugin(AotiPlugin):
+    spec = BackendSpec(
+        name="cuda",
+        backend_id="CudaBackend",
+        device="cuda",
+        min_partition_size=1,
+        description="ExecuTorch's CUDA backend (AOTInductor); needs a CUDA GPU to lower",
+    )
+    inductor_device = "cuda"
+    options = {
+        "triton_kernel_mode": (ON_OFF, None, "ExecuTorch's Triton kernels (bf16 SDPA...)"),
+        "max_autotune": (ON_OFF, None, "Inductor max-autotune"),
+        "low_memory_mode": (ON_OFF, None, "compile with weights kept off the GPU"),
+        "target_device": (None, "cuda:0", "the CUDA device the delegate runs on"),
+    }
+
+    def backend_class(self) -> type:
+        from executorch.backends.cuda.cuda_backend import CudaBackend
+
+        return CudaBackend
+
+    def unavailable_reason(self) -> str | None:
+        if torch.version.cuda is None:
+            return f"torch {torch.__version__} is not a CUDA build"
+        if not torch.cuda.is_available():
+            return "no CUDA device is visible"
+        if importlib.util.find_spec("triton") is None:
+            return "triton is not importable"
+        return None
+
+    def special_case(self, op, node, options):
+        if op is torch.ops.aten.scaled_dot_product_attention.default:
+            # With Triton kernels on, ExecuTorch swaps in its own SDPA, which only takes
+            # bf16 4-D q, k, v; otherwise Inductor calls flash attention, which has no shim.
+            if options.get("triton_kernel_mode", "ON") == "OFF":
+                return "SDPA without triton_kernel_mode becomes a flash-attention fallback kernel"
+            qkv = [arg.meta.get("val") for arg in node.args[:3] if hasattr(arg, "meta")]
+            if all(t is not None and t.dtype == torch.bfloat16 and t.dim() == 4 for t in qkv):
+                return None
+            return "ExecuTorch's CUDA SDPA kernel takes only bfloat16 4-D q, k, v"
+        return False
+
+
+plugin = CudaPlugin()

@@ -1,0 +1,36 @@
+"""The ``metal`` backend: ExecuTorch's Metal backend (AOTInductor on MPS), macOS only."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from composer.backend_spec import BackendSpec
+from composer.plugins.aoti import AotiPlugin
+
+
+class MetalPlugin(AotiPlugin):
+    spec = BackendSpec(
+        name="metal",
+        backend_id="MetalBackend",
+        device="mps",
+        min_partition_size=1,
+        description="ExecuTorch's Metal backend (AOTInductor on MPS); lowers on macOS",
+    )
+    inductor_device = "mps"
+
+    def backend_class(self) -> type:
+        from executorch.backends.apple.metal.metal_backend import MetalBackend
+
+        return MetalBackend
+
+    def unavailable_reason(self) -> str | None:
+        if sys.platform != "darwin":
+            return f"Metal lowering needs macOS with MPS (this is {sys.platform})"
+        if not torch.backends.mps.is_available():
+            return "MPS is not available"
+        return None
+
+
+plugin = MetalPlugin()

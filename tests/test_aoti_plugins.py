@@ -1,0 +1,126 @@
+"""The cuda and metal plugins on a machine that cannot lower them: plan with stand-ins."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import composer
+from composer import zoo
+from composer.errors import BackendListError, ComposerError
+from composer.plugins.aoti import becomes_fallback_kernel
+from composer.plugins.cuda import plugin as cuda_plugin
+from composer.registry import default_registry
+
+needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
+
+
+def test_both_register_with_their_devices():
+    backends = default_registry().backends
+    assert (backends["cuda"].spec.backend_id, backends["cuda"].spec.device) == (
+        "CudaBackend",
+        "cuda",
+    )
+    assert (backends["metal"].spec.backend_id, backends["metal"].spec.device) == (
+        "MetalBackend",
+        "mps",
+    )
+
+
+@needs_no_gpu
+def test_unavailable_reasons_say_why():
+    registry = default_registry()
+    assert "CUDA" in registry.unavailable_reason(registry.backends["cuda"])
+    assert "macOS" in registry.unavailable_reason(registry.backends["metal"])
+
+
+@needs_no_gpu
+def test_compose_refuses_a_backend_that_cannot_lower_here_and_plan_works():
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(BackendListError, match=r"'cuda' cannot lower on this machine.*plan"):
+        composer.compose(model, ["cuda"], inputs)
+    plan = composer.plan(model, ["cuda"], inputs)
+    assert plan.stand_ins == ("cuda",)
+    assert len(plan.partitions_of("cuda")) == 1
+    assert plan.nodes_on("portable") == []
+    assert plan.crossings == 2  # input to the GPU, result back
+
+
+@pytest.mark.parametrize("backend", ["cuda", "metal"])
+def test_predicted_fallback_kernel_is_left_to_portable_with_the_reason(backend):
+    model, inputs = zoo.load("cumsum_mlp")
+    plan = composer.plan(model, [backend], inputs)
+    assert plan.nodes_on("portable") == ["aten_cumsum_default"]
+    reason = dict(plan.fallbacks[0].reasons)[backend]
+    assert "fallback kernel for aten.cumsum.default" in reason
+    assert len(plan.partitions_of(backend)) == 2
+
+
+def test_fallback_prediction_follows_inductor_tables():
+    aten = torch.ops.aten
+    assert becomes_fallback_kernel(aten.cumsum.default)
+    assert becomes_fallback_kernel(aten.nonzero.default)
+    assert not becomes_fallback_kernel(aten.relu.default)
+    assert not becomes_fallback_kernel(aten.linear.default)  # decomposed first
+    assert not becomes_fallback_kernel(aten.addmm.default)
+
+
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        return nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "options", "kept_whole"),
+    [
+        (torch.bfloat16, {}, True),
+        (torch.float32, {}, False),
+        (torch.bfloat16, {"triton_kernel_mode": "OFF"}, False),
+    ],
+)
+def test_sdpa_is_kept_whole_only_where_executorch_cuda_can_run_it(dtype, options, kept_whole):
+    qkv = tuple(torch.randn(1, 2, 8, 16, dtype=dtype) for _ in range(3))
+    plan = composer.plan(Attention(), ["cuda"], qkv, options={"cuda": options})
+    ops = plan.ops_on("cuda")
+    assert ("aten.scaled_dot_product_attention.default" in ops) == kept_whole
+    assert plan.nodes_on("portable") == [], "decomposed SDPA still goes to the GPU"
+
+
+@pytest.mark.parametrize(
+    "stack", [["cuda"], ["tensorrt_stub", "cuda"], ["xnnpack", "cuda"], ["metal"]], ids=",".join
+)
+@pytest.mark.parametrize("model_name", ["mlp", "cnn", "transformer_block"])
+def test_stacks_plan_with_stand_ins(model_name, stack):
+    model, inputs = zoo.load(model_name)
+    plan = composer.plan(model, stack, inputs)
+    gpu = stack[-1]
+    taken = {b for b in plan.node_backends.values()}
+    assert taken <= {*stack, "portable"}
+    if len(stack) == 1:  # stacked, the CPU backend or the stub takes all of some models
+        assert plan.partitions_of(gpu)
+    for partition in plan.partitions_of(gpu):
+        assert partition.device == ("mps" if gpu == "metal" else "cuda")
+
+
+def test_compile_specs_carry_the_method_name_and_user_options():
+    from executorch.backends.aoti.aoti_backend import COMPILE_SPEC_KEYS
+
+    specs = cuda_plugin.composer_compile_specs(
+        None, "forward", {"max_autotune": "off", "low_memory_mode": "ON"}
+    )
+    values = {spec.key: bytes(spec.value).decode() for spec in specs}
+    assert values[COMPILE_SPEC_KEYS.METHOD_NAME.value] == "forward"
+    assert values["max_autotune"] == "OFF"
+    assert values["low_memory_mode"] == "ON"
+    assert values["target_device"] == "cuda:0"
+
+
+def test_unknown_option_is_an_error_listing_the_known_ones():
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(ComposerError, match=r"unknown option 'autotune' .*max_autotune"):
+        composer.plan(model, ["cuda"], inputs, options={"cuda": {"autotune": "ON"}})
+    with pytest.raises(ComposerError, match=r"must be one of ON, OFF"):
+        composer.plan(model, ["cuda"], inputs, options={"cuda": {"max_autotune": "maybe"}})
+    with pytest.raises(ComposerError, match=r"options given for metal"):
+        composer.plan(model, ["cuda"], inputs, options={"metal": {}})
