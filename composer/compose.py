@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 import torch
-from executorch.exir import EdgeProgramManager
+from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch.export import ExportedProgram
 
 from composer.errors import BackendListError, ComposerError, ModelError
@@ -131,12 +131,33 @@ def compose(
         ) from error
     return Composition(
         buffer=executorch_program.buffer,
+        # ExecutorchProgramManager exposes the .ptd data only as a private attribute.
+        data_files={
+            name: bytes(cord) for name, cord in (executorch_program._tensor_data or {}).items()
+        },
+        program=executorch_program,
         plan=result,
         edge=edge,
         reference=reference,
         eager=model if isinstance(model, torch.nn.Module) else program.module(),
         example_inputs=_example_inputs(program, example_inputs),
     )
+
+
+def _write_temporary(destination: Path, data: bytes) -> str:
+    try:
+        handle, temporary = tempfile.mkstemp(
+            dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp"
+        )
+    except OSError as error:
+        raise ComposerError(f"cannot write {destination}: {error.strerror}.") from error
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return temporary
 
 
 @attrs.frozen
@@ -178,6 +199,8 @@ class Composition:
     """A composed ExecuTorch program: its bytes, its plan, and a way to check it."""
 
     buffer: bytes
+    data_files: dict[str, bytes]  # external tensor data (.ptd), e.g. CUDA weights
+    program: ExecutorchProgramManager
     plan: Plan
     edge: EdgeProgramManager  # lowered, then converted by to_executorch
     reference: torch.nn.Module  # the lowered program as Python: delegates run their subgraphs
@@ -185,24 +208,28 @@ class Composition:
     example_inputs: tuple
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the .pte atomically: a temporary file beside it, then a rename."""
+        """Write the .pte (and any .ptd data files beside it) atomically.
+
+        Each file goes to a temporary file in the same directory first and is renamed into
+        place only when every one is written, so a failure leaves nothing partial behind.
+        """
         target = Path(path)
         if not target.parent.is_dir():
             raise ComposerError(
                 f"cannot write {target}: the directory {target.parent} does not exist."
             )
+        outputs = {target: self.buffer}
+        for name, data in self.data_files.items():
+            outputs[target.parent / (name if name.endswith(".ptd") else f"{name}.ptd")] = data
+        written: list[tuple[str, Path]] = []
         try:
-            handle, temporary = tempfile.mkstemp(
-                dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-            )
-        except OSError as error:
-            raise ComposerError(f"cannot write {target}: {error.strerror}.") from error
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(self.buffer)
-            os.replace(temporary, target)
+            for destination, data in outputs.items():
+                written.append((_write_temporary(destination, data), destination))
+            for temporary, destination in written:
+                os.replace(temporary, destination)
         except BaseException:
-            Path(temporary).unlink(missing_ok=True)
+            for temporary, _ in written:
+                Path(temporary).unlink(missing_ok=True)
             raise
         return target
 

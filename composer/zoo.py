@@ -61,6 +61,55 @@ class TransformerBlock(nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate(x, cos, sin):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class LlamaBlock(nn.Module):
+    """A Llama-style decoder block: RMSNorm, rotary embedding, causal SDPA, SwiGLU MLP."""
+
+    def __init__(self, dim: int = 32, heads: int = 4, hidden: int = 64) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attention_norm = RMSNorm(dim)
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        self.mlp_norm = RMSNorm(dim)
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        head_dim = dim // heads
+        inverse = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("inverse_frequencies", torch.cat((inverse, inverse)))
+
+    def forward(self, x):
+        batch, seq, dim = x.shape
+        angles = torch.arange(seq, dtype=x.dtype)[:, None] * self.inverse_frequencies[None, :]
+        cos, sin = torch.cos(angles), torch.sin(angles)
+        h = self.attention_norm(x)
+        shape = (batch, seq, self.heads, dim // self.heads)
+        q, k, v = (w(h).reshape(shape).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        attention = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo(attention.transpose(1, 2).reshape(batch, seq, dim))
+        h = self.mlp_norm(x)
+        return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
+
+
 class CumsumMLP(nn.Module):
     """An op no shipped backend takes (cumsum) between two supported stretches."""
 
@@ -79,6 +128,7 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     "cnn": lambda: (SmallCNN(), (torch.randn(2, 3, 16, 16),)),
     "transformer_block": lambda: (TransformerBlock(), (torch.randn(2, 8, 32),)),
     "cumsum_mlp": lambda: (CumsumMLP(), (torch.randn(4, 16),)),
+    "llama_block": lambda: (LlamaBlock(), (torch.randn(2, 8, 32),)),
 }
 
 

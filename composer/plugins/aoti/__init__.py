@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from types import MappingProxyType
 
 import torch
 import torch.fx
@@ -89,7 +90,7 @@ class AotiPlugin:
 
     spec: BackendSpec
     inductor_device: str
-    options: Mapping[str, tuple[tuple[str, ...] | None, str | None, str]] = {}
+    options: Mapping[str, tuple[tuple[str, ...] | None, str | None, str]] = MappingProxyType({})
 
     # --- what differs per backend ---------------------------------------------------
 

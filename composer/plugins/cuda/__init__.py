@@ -8,6 +8,7 @@ Options (``compose(..., options={"cuda": {...}})`` or ``--option cuda.NAME=VALUE
 from __future__ import annotations
 
 import importlib.util
+from types import MappingProxyType
 
 import torch
 
@@ -26,12 +27,14 @@ class CudaPlugin(AotiPlugin):
         description="ExecuTorch's CUDA backend (AOTInductor); needs a CUDA GPU to lower",
     )
     inductor_device = "cuda"
-    options = {
-        "triton_kernel_mode": (ON_OFF, None, "ExecuTorch's Triton kernels (bf16 SDPA...)"),
-        "max_autotune": (ON_OFF, None, "Inductor max-autotune"),
-        "low_memory_mode": (ON_OFF, None, "compile with weights kept off the GPU"),
-        "target_device": (None, "cuda:0", "the CUDA device the delegate runs on"),
-    }
+    options = MappingProxyType(
+        {
+            "triton_kernel_mode": (ON_OFF, None, "ExecuTorch's Triton kernels (bf16 SDPA...)"),
+            "max_autotune": (ON_OFF, None, "Inductor max-autotune"),
+            "low_memory_mode": (ON_OFF, None, "compile with weights kept off the GPU"),
+            "target_device": (None, "cuda:0", "the CUDA device the delegate runs on"),
+        }
+    )
 
     def backend_class(self) -> type:
         from executorch.backends.cuda.cuda_backend import CudaBackend
