@@ -19,6 +19,7 @@ import argparse
 import copy
 import json
 import operator
+import re
 import sys
 import time
 import warnings
@@ -113,11 +114,15 @@ def pte_check(composition) -> dict:
     cuda = [d for d in delegates if d.id == "CudaBackend"]
     so_found = weights_found = 0
     for delegate in cuda:
-        # CudaBackend's blob names its two named-data entries: "<so key>\n<weights key>".
-        blob = bytes(program.backend_delegate_data[delegate.processed.index].data).decode()
-        so_key, weights_key = blob.split("\n")
-        so_found += so_key in named
-        weights_found += weights_key in named or weights_key.encode() in external
+        # CudaBackend's blob names its named-data entries: "<sha256>_so_blob" for the
+        # compiled .so (in the .pte) and "<sha256>_weights_blob" (in the .pte or a .ptd).
+        blob = bytes(program.backend_delegate_data[delegate.processed.index].data)
+        so_keys = re.findall(rb"[0-9a-f]{64}_so_blob", blob)
+        weight_keys = re.findall(rb"[0-9a-f]{64}_weights_blob", blob)
+        so_found += bool(so_keys) and all(k.decode() in named for k in so_keys)
+        weights_found += bool(weight_keys) and all(
+            k.decode() in named or k in external for k in weight_keys
+        )
     cuda_partitions = len(composition.plan.partitions_of("cuda"))
     return {
         "delegates": [d.id for d in delegates],
@@ -254,8 +259,11 @@ def main() -> int:
             }
             row["portable_ops"] = dict(composition.plan.ops_on("portable"))
             row["crossings"] = composition.plan.crossings
-            row["pte"] = pte_check(composition)
-            row["copies"] = copy_check(composition)
+            for key, check in (("pte", pte_check), ("copies", copy_check)):
+                try:
+                    row[key] = check(composition)
+                except Exception as error:  # noqa: BLE001
+                    row[key] = {"ok": False, "error": f"{type(error).__name__}: {error}"}
             try:
                 row["numerics"] = numerics(composition, model, inputs)
             except Exception as error:  # noqa: BLE001
