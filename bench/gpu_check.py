@@ -113,16 +113,20 @@ def pte_check(composition) -> dict:
     delegates = program.execution_plan[0].delegates
     cuda = [d for d in delegates if d.id == "CudaBackend"]
     so_found = weights_found = 0
+    blob_keys: list[list[str]] = []
     for delegate in cuda:
         # CudaBackend's blob names its named-data entries: "<sha256>_so_blob" for the
         # compiled .so (in the .pte) and "<sha256>_weights_blob" (in the .pte or a .ptd).
         blob = bytes(program.backend_delegate_data[delegate.processed.index].data)
-        so_keys = re.findall(rb"[0-9a-f]{64}_so_blob", blob)
-        weight_keys = re.findall(rb"[0-9a-f]{64}_weights_blob", blob)
+        keys = re.findall(rb"[0-9a-f]{64}_[a-z_]+", blob)
+        so_keys = [k for k in keys if k.endswith(b"_so_blob")]
+        data_keys = [k for k in keys if not k.endswith(b"_so_blob")]
         so_found += bool(so_keys) and all(k.decode() in named for k in so_keys)
-        weights_found += bool(weight_keys) and all(
-            k.decode() in named or k in external for k in weight_keys
+        # The weights live in the .ptd under the key, or (small programs) inline.
+        weights_found += all(k.decode() in named or k in external for k in data_keys) and (
+            bool(data_keys) or bool(external)
         )
+        blob_keys.append([k.decode()[-24:] for k in keys])
     cuda_partitions = len(composition.plan.partitions_of("cuda"))
     return {
         "delegates": [d.id for d in delegates],
@@ -130,6 +134,7 @@ def pte_check(composition) -> dict:
         "so_blobs_found": so_found,
         "weights_blobs_found": weights_found,
         "pte_bytes": len(composition.buffer),
+        "blob_keys": blob_keys,
         "data_files": {name: len(data) for name, data in composition.data_files.items()},
         "ok": len(cuda) == cuda_partitions == so_found == weights_found,
     }
