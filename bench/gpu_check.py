@@ -25,6 +25,7 @@ import time
 import warnings
 
 import torch
+import torch.fx
 
 import composer
 from composer import zoo
@@ -49,13 +50,23 @@ def _move_program(program, device):
             program.constants[name] = value.to(device)
 
 
+def _retarget_factories(graph_module: torch.fx.GraphModule, device: str) -> None:
+    # Export records factory calls (arange, full...) with device=cpu; run them on `device`.
+    for node in graph_module.graph.nodes:
+        if isinstance(node.kwargs.get("device"), torch.device):
+            node.kwargs = {**node.kwargs, "device": torch.device(device)}
+    graph_module.recompile()
+
+
 def reference_on(composition, device: str) -> torch.nn.Module:
     """The composed program as Python, every delegate's subgraph moved to ``device``."""
     module = copy.deepcopy(composition.reference)
+    _retarget_factories(module, device)
     for child in module.modules():
         original = getattr(child, "original_module", None)
         if original is not None and hasattr(original, "state_dict"):
             _move_program(original, device)
+            _retarget_factories(original.graph_module, device)
     return module.to(device)
 
 
