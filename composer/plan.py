@@ -60,6 +60,7 @@ class Plan:
     crossings: int
     duplicated_constant_bytes: int
     stand_ins: tuple[str, ...] = ()  # backends planned with a stand-in (cannot lower here)
+    edges: tuple[tuple[str, str], ...] = ()  # data edges between the nodes, for pictures
 
     def backend_of(self, node_name: str) -> str:
         return self.node_backends[node_name]
@@ -93,6 +94,7 @@ class Plan:
                 name: {"op": self.node_ops[name], "backend": backend}
                 for name, backend in self.node_backends.items()
             },
+            "edges": [list(edge) for edge in self.edges],
         }
 
     def to_json(self) -> str:

@@ -78,6 +78,7 @@ def test_plan_json_has_stable_keys():
         "partitions",
         "fallbacks",
         "nodes",
+        "edges",
     ]
     assert data["summary"]["xnnpack"]["partitions"] == 1
 

@@ -35,6 +35,24 @@ class PartitionRecord:
     partitions: list[list[tuple[str, str]]]  # per partition: (node name, op)
     declined: dict[str, str]  # node name -> reason
     duplicated_constant_bytes: int
+    edges: list[tuple[str, str]]  # data edges between the ops this backend was shown
+
+
+def compute_edges(graph: torch.fx.Graph, skip: set[torch.fx.Node]) -> list[tuple[str, str]]:
+    """Data edges between ops, a ``getitem`` folded into the op it reads."""
+
+    def source(node: torch.fx.Node) -> torch.fx.Node:
+        return node.args[0] if op_name(node) == "getitem" else node
+
+    edges = []
+    for node in graph.nodes:
+        if node.op != "call_function" or node in skip or op_name(node) == "getitem":
+            continue
+        for producer in node.all_input_nodes:
+            producer = source(producer) if producer.op == "call_function" else producer
+            if producer.op == "call_function" and producer not in skip:
+                edges.append((producer.name, node.name))
+    return list(dict.fromkeys(edges))
 
 
 def _clear_tags(graph: torch.fx.Graph) -> None:
@@ -189,6 +207,7 @@ class ComposerPartitioner(Partitioner):
                     [[(n.name, op_name(n)) for n in members] for members in partitions],
                     declined,
                     duplicated,
+                    compute_edges(graph, guarded),
                 )
             )
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)

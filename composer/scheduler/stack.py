@@ -149,4 +149,9 @@ def build_plan(
         crossings=count_crossings(graph_module, backends),
         duplicated_constant_bytes=sum(r.duplicated_constant_bytes for r in records),
         stand_ins=tuple(b.name for b in backends if b.name in stand_ins),
+        edges=tuple(
+            (a, b)
+            for a, b in (records[0].edges if records else [])
+            if a in node_backends and b in node_backends
+        ),
     )
