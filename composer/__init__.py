@@ -8,6 +8,7 @@ composition.save("model.pte"); print(composition.verify())
 
 from composer.backend_spec import BackendSpec
 from composer.compose import Composition, Verification, compose, plan
+from composer.drop_in import guard, partitioner
 from composer.errors import (
     BackendListError,
     ComposerError,
@@ -33,5 +34,7 @@ __all__ = [
     "Verification",
     "compose",
     "default_registry",
+    "guard",
+    "partitioner",
     "plan",
 ]

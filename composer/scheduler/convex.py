@@ -21,7 +21,7 @@ on large graphs; this is one pass in topological order.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -48,24 +48,24 @@ class _Graph:
         self.is_getitem = [node.target is operator.getitem for node in self.nodes]
 
 
-def _levels(graph: _Graph, supported: list[bool]) -> list[int]:
+def _levels(graph: _Graph, colors: list[Hashable | None]) -> list[int]:
     levels = [0] * len(graph.nodes)
     for i, preds in enumerate(graph.preds):
         level = 0
         for p in preds:
-            # Stepping from a supported node into an unsupported one starts a new stage.
-            candidate = levels[p] + (1 if supported[p] and not supported[i] else 0)
-            level = max(level, candidate)
+            # Leaving a coloured node for one of another colour (or none) starts a new stage.
+            step = 1 if colors[p] is not None and colors[p] != colors[i] else 0
+            level = max(level, levels[p] + step)
         levels[i] = level
     return levels
 
 
-def _propose(graph: _Graph, supported: list[bool]) -> list[list[int]]:
-    levels = _levels(graph, supported)
-    partitions: dict[int, list[int]] = {}
-    for i in range(len(graph.nodes)):
-        if supported[i]:
-            partitions.setdefault(levels[i], []).append(i)
+def _propose(graph: _Graph, colors: list[Hashable | None]) -> list[list[int]]:
+    levels = _levels(graph, colors)
+    partitions: dict[tuple[int, Hashable], list[int]] = {}
+    for i, color in enumerate(colors):
+        if color is not None:
+            partitions.setdefault((levels[i], color), []).append(i)
     return list(partitions.values())
 
 
@@ -99,22 +99,42 @@ def partition_by_support(
     min_size: int = 1,
 ) -> list[list[torch.fx.Node]]:
     """:func:`partition_convex` with support given as a predicate on nodes."""
+    return [
+        members
+        for _color, members in partition_by_color(
+            graph, lambda node: True if is_supported(node) else None, min_size
+        )
+    ]
+
+
+def partition_by_color(
+    graph: torch.fx.Graph,
+    color_of: Callable[[torch.fx.Node], Hashable | None],
+    min_size: int = 1,
+) -> list[tuple[Hashable, list[torch.fx.Node]]]:
+    """Split nodes of each colour (``None``: no colour) into convex, mutually acyclic parts.
+
+    With one colour this is :func:`partition_convex`. With several (the tags another
+    partitioner chose), every part keeps one colour, every part is convex, and collapsing
+    all parts of all colours leaves the graph acyclic: the same stage argument, with a new
+    stage on every edge out of a coloured node into a node of another colour.
+    """
     compute = _Graph(graph)
-    supported = [False] * len(compute.nodes)
+    colors: list[Hashable | None] = [None] * len(compute.nodes)
     for i, node in enumerate(compute.nodes):
         if compute.is_getitem[i]:
             preds = compute.preds[i]
-            supported[i] = bool(preds) and supported[preds[0]]
+            colors[i] = colors[preds[0]] if preds else None
         else:
-            supported[i] = is_supported(node)
+            colors[i] = color_of(node)
     for _ in range(_MAX_REFINEMENTS):
-        partitions = _propose(compute, supported)
+        partitions = _propose(compute, colors)
         too_small = [p for p in partitions if _size(compute, p) < min_size]
         if not too_small:
             break
         for members in too_small:
             for i in members:
-                supported[i] = False
+                colors[i] = None
     kept = [sorted(p) for p in partitions if _size(compute, p) >= min_size]
     kept.sort(key=lambda members: members[0])
-    return [[compute.nodes[i] for i in members] for members in kept]
+    return [(colors[members[0]], [compute.nodes[i] for i in members]) for members in kept]

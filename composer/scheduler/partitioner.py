@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 
@@ -60,6 +61,63 @@ def _clear_tags(graph: torch.fx.Graph) -> None:
         node.meta.pop(TAG, None)
 
 
+def _partitioners_before(partitioner: Partitioner) -> list[Partitioner]:
+    """The partitioners listed before ``partitioner`` in the running to_edge_transform_and_lower.
+
+    Used as a drop-in in someone else's list, composer cannot be told what came before it;
+    ExecuTorch 1.5.1 holds the list in a local of the function that asks us (XNNPACK's
+    partitioner reads the call stack the same way). Not found: nothing came before.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_gen_edge_manager_for_partitioners":
+            listed = frame.f_locals.get("partitioners_for_program") or []
+            for index, other in enumerate(listed):
+                if other is partitioner:
+                    return list(listed[:index])
+            return []
+        frame = frame.f_back
+    return []
+
+
+def take_tags(graph: torch.fx.Graph) -> dict[torch.fx.Node, str]:
+    """Remove every delegation tag from ``graph`` and return what they were."""
+    tag_of = {node: node.meta[TAG] for node in graph.nodes if node.meta.get(TAG)}
+    _clear_tags(graph)
+    return tag_of
+
+
+def clean_foreign_tags(
+    program: ExportedProgram,
+    tag_of: dict[torch.fx.Node, str],
+    guarded: set[torch.fx.Node],
+    who: str,
+) -> dict[torch.fx.Node, str]:
+    """Drop the tags no partitioner may set (earlier delegates, user inputs, the output).
+
+    Returns the tags kept on ops and constants; a warning naming ``who`` lists the rest.
+    """
+    constants = constant_placeholders(program)
+    refused = []
+    kept: dict[torch.fx.Node, str] = {}
+    for node, tag in tag_of.items():
+        if node in guarded:
+            refused.append(f"{node.name} (a delegate of an earlier backend)")
+        elif node.op == "output":
+            refused.append(f"{node.name} (the graph output)")
+        elif node.op == "placeholder" and node not in constants:
+            refused.append(f"{node.name} (a user input)")
+        elif node.op in ("placeholder", "call_function"):
+            kept[node] = tag
+    if refused:
+        warnings.warn(
+            f"composer removed tags that {who} put on nodes no backend may take: "
+            f"{', '.join(refused)}",
+            stacklevel=3,
+        )
+    return kept
+
+
 class ComposerPartitioner(Partitioner):
     """Partitions for one backend: guarded, maximal convex, validated before lowering.
 
@@ -75,7 +133,7 @@ class ComposerPartitioner(Partitioner):
         stand_in: bool = False,
         method_name: str = "forward",
         on_partition: Callable[[PartitionRecord], None] | None = None,
-        earlier: Sequence[ComposerPartitioner] = (),
+        earlier: Sequence[Partitioner] | None = None,
         options: Mapping[str, str] | None = None,
     ) -> None:
         self.backend = backend
@@ -83,7 +141,7 @@ class ComposerPartitioner(Partitioner):
         self.stand_in = stand_in
         self.method_name = method_name
         self.on_partition = on_partition
-        self.earlier = tuple(earlier)
+        self.earlier = None if earlier is None else tuple(earlier)
         self.options = dict(options or {})
         self._native: Partitioner | None = None
         self._native_asked = False
@@ -99,7 +157,8 @@ class ComposerPartitioner(Partitioner):
         # ExecuTorch decomposes once per partitioner, each time with the full table minus
         # that partitioner's ops: an op an earlier backend kept whole would be decomposed
         # again by a later one. So each partitioner also keeps what the earlier ones kept.
-        inherited = {op for earlier in self.earlier for op in earlier.ops_to_not_decompose(ep)[0]}
+        earlier = self.earlier if self.earlier is not None else _partitioners_before(self)
+        inherited = {op for other in earlier for op in other.ops_to_not_decompose(ep)[0]}
         ops = list(dict.fromkeys([*own, *sorted(inherited - set(own), key=str)]))
         if own_filter is None:
             return (ops, None)
@@ -267,53 +326,39 @@ class ComposerPartitioner(Partitioner):
                 f"the partitioner {type(native).__name__} of plugin {plugin!r} raised: "
                 f"{type(error).__name__}: {error}"
             ) from error
-        tag_of = {node: node.meta[TAG] for node in graph.nodes if node.meta.get(TAG)}
-        _clear_tags(graph)
-        constants = constant_placeholders(ep)
-        refused = []
-        tagged: set[torch.fx.Node] = set()
-        wanted: set[torch.fx.Node] = set()
-        for node in tag_of:
-            if node in guarded:
-                refused.append(f"{node.name} (a delegate of an earlier backend)")
-            elif node.op == "output":
-                refused.append(f"{node.name} (the graph output)")
-            elif node.op == "placeholder" and node not in constants:
-                refused.append(f"{node.name} (a user input)")
-            elif node.op == "placeholder":
-                wanted.add(node)
-            elif node.op == "call_function":
-                tagged.add(node)
-        if refused:
-            warnings.warn(
-                f"composer removed tags that plugin {plugin!r}'s {type(native).__name__} put on "
-                f"nodes no backend may take: {', '.join(refused)}",
-                stacklevel=2,
-            )
-        native_cycle = find_tag_cycle(graph, {n: t for n, t in tag_of.items() if n in tagged})
+        tag_of = take_tags(graph)
+        who = f"plugin {plugin!r}'s {type(native).__name__}"
+        kept = clean_foreign_tags(ep, tag_of, guarded, who)
+        tagged = {node for node in kept if node.op == "call_function"}
+        wanted = {node for node in kept if node.op == "placeholder"}
+        native_cycle = find_tag_cycle(graph, {n: t for n, t in kept.items() if n in tagged})
         if native_cycle is not None:
             warnings.warn(
-                f"plugin {plugin!r}'s {type(native).__name__} tagged a non-convex set "
-                f"(path {describe_path(native_cycle)} leaves a partition and re-enters it); "
-                "composer split it into convex partitions.",
+                f"{who} tagged a non-convex set (path {describe_path(native_cycle)} leaves a "
+                "partition and re-enters it); composer split it into convex partitions.",
                 stacklevel=2,
             )
         specs = [spec.compile_specs for spec in result.partition_tags.values()]
         return tagged, (list(specs[0]) if specs else []), wanted
 
     def _validate(self, graph: torch.fx.Graph) -> None:
-        # Tagged constants and submodules are sources: they cannot close a cycle, and a
-        # constant with readers outside its tag is duplicated by ExecuTorch, not fused.
-        tag_of = {
-            node: node.meta[TAG]
-            for node in graph.nodes
-            if node.op == "call_function" and node.meta.get(TAG)
-        }
-        path = find_tag_cycle(graph, tag_of)
-        if path is not None:
-            tag = next((tag_of[n] for n in path if n in tag_of), "?")
-            raise PartitionError(
-                f"backend {self.backend.name!r}: partition {tag!r} is not convex or closes a "
-                f"cycle with another partition (path {describe_path(path)}); refusing to lower. "
-                "This is a bug in composer or in the plugin; please report it with the model."
-            )
+        check_lowerable(graph, f"backend {self.backend.name!r}")
+
+
+def check_lowerable(graph: torch.fx.Graph, who: str) -> None:
+    """Raise ``PartitionError`` if a tag in ``graph`` is not convex or closes a cycle."""
+    # Tagged constants and submodules are sources: they cannot close a cycle, and a
+    # constant with readers outside its tag is duplicated by ExecuTorch, not fused.
+    tag_of = {
+        node: node.meta[TAG]
+        for node in graph.nodes
+        if node.op == "call_function" and node.meta.get(TAG)
+    }
+    path = find_tag_cycle(graph, tag_of)
+    if path is not None:
+        tag = next((tag_of[n] for n in path if n in tag_of), "?")
+        raise PartitionError(
+            f"{who}: partition {tag!r} is not convex or closes a cycle with another partition "
+            f"(path {describe_path(path)}); refusing to lower. This is a bug in composer or in "
+            "the plugin; please report it with the model."
+        )
