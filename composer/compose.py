@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,12 @@ import torch
 from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch.export import ExportedProgram
 
+from composer.atomic import write_all
 from composer.errors import BackendListError, ComposerError, ModelError
 from composer.plan import Plan
 from composer.registry import Registry, default_registry
-from composer.scheduler.stack import lower_stack
+from composer.runtime import registered_backends, run_program
+from composer.scheduler.stack import StackSettings, lower_stack
 
 Model = ExportedProgram | torch.nn.Module
 
@@ -56,15 +57,33 @@ def _example_inputs(program: ExportedProgram, given: Sequence[Any] | None) -> tu
     return ()
 
 
-def _prepare(model, backends, example_inputs, registry, plan_only, options):
+def _settings(resolved, options, never, min_partition_size, progress) -> StackSettings:
+    names = {backend.name for backend in resolved}
+    for what, given in (
+        ("options", options),
+        ("never", never),
+        ("min_partition_size", min_partition_size),
+    ):
+        unknown = set(given or {}) - names
+        if unknown:
+            raise BackendListError(
+                f"{what} given for {', '.join(sorted(unknown))}, which is not in the backend "
+                f"list {[b.name for b in resolved]}."
+            )
+    for name, size in (min_partition_size or {}).items():
+        if not isinstance(size, int) or size < 1:
+            raise ComposerError(f"min_partition_size for {name!r} must be a whole number >= 1.")
+    return StackSettings(
+        options={k: dict(v) for k, v in (options or {}).items()},
+        never={k: frozenset(v) for k, v in (never or {}).items()},
+        min_partition_size=dict(min_partition_size or {}),
+        progress=progress,
+    )
+
+
+def _prepare(model, backends, example_inputs, registry, plan_only):
     registry = registry or default_registry()
     resolved = registry.resolve(backends)
-    unknown = set(options or {}) - {backend.name for backend in resolved}
-    if unknown:
-        raise BackendListError(
-            f"options given for {', '.join(sorted(unknown))}, which is not in the backend list "
-            f"{[b.name for b in resolved]}."
-        )
     stand_ins = set()
     for backend in resolved:
         reason = registry.unavailable_reason(backend)
@@ -76,11 +95,7 @@ def _prepare(model, backends, example_inputs, registry, plan_only, options):
                 "composer.plan() here for the plan, and compose on a machine that has it."
             )
         stand_ins.add(backend.name)
-    program = export_model(model, example_inputs)
-    if plan_only:
-        # Plan mode compiles nothing: every backend lowers to the stand-in.
-        stand_ins = {backend.name for backend in resolved}
-    return program, resolved, registry, stand_ins
+    return resolved, registry, stand_ins
 
 
 def plan(
@@ -89,17 +104,22 @@ def plan(
     example_inputs: Sequence[Any] | None = None,
     *,
     options: Mapping[str, Mapping[str, str]] | None = None,
+    never: Mapping[str, Iterable[str]] | None = None,
+    min_partition_size: Mapping[str, int] | None = None,
+    progress: Callable[[str], None] | None = None,
     registry: Registry | None = None,
 ) -> Plan:
     """Work out which backend takes which node, without compiling anything.
 
     Runs on any machine: the partitions are exactly those ``compose`` makes on the target.
+    The keyword arguments are as for :func:`compose`.
     """
-    program, resolved, registry, stand_ins = _prepare(
-        model, backends, example_inputs, registry, plan_only=True, options=options
-    )
-    unavailable = {b.name for b in resolved if registry.unavailable_reason(b) is not None}
-    _edge, result = lower_stack(program, resolved, registry, stand_ins, options)
+    resolved, registry, unavailable = _prepare(model, backends, example_inputs, registry, True)
+    settings = _settings(resolved, options, never, min_partition_size, progress)
+    program = export_model(model, example_inputs)
+    # Plan mode compiles nothing: every backend lowers to the stand-in.
+    all_stand_ins = {backend.name for backend in resolved}
+    _edge, result = lower_stack(program, resolved, registry, all_stand_ins, settings)
     return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
 
 
@@ -109,16 +129,22 @@ def compose(
     example_inputs: Sequence[Any] | None = None,
     *,
     options: Mapping[str, Mapping[str, str]] | None = None,
+    never: Mapping[str, Iterable[str]] | None = None,
+    min_partition_size: Mapping[str, int] | None = None,
+    progress: Callable[[str], None] | None = None,
     registry: Registry | None = None,
 ) -> Composition:
     """Lower ``model`` with ``backends`` in priority order into one ExecuTorch program.
 
-    ``options`` maps a backend name to its options, e.g. ``{"cuda": {"max_autotune": "OFF"}}``.
+    By backend name: ``options`` (``{"cuda": {"max_autotune": "OFF"}}``), ``never`` (ops it
+    must not take: ``{"tensorrt_stub": ["aten._softmax.default"]}``) and
+    ``min_partition_size`` (overrides the backend's). ``progress`` gets one line per backend
+    and partition as lowering goes.
     """
-    program, resolved, registry, stand_ins = _prepare(
-        model, backends, example_inputs, registry, plan_only=False, options=options
-    )
-    edge, result = lower_stack(program, resolved, registry, stand_ins, options)
+    resolved, registry, stand_ins = _prepare(model, backends, example_inputs, registry, False)
+    settings = _settings(resolved, options, never, min_partition_size, progress)
+    program = export_model(model, example_inputs)
+    edge, result = lower_stack(program, resolved, registry, stand_ins, settings)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
     try:
@@ -142,22 +168,6 @@ def compose(
         eager=model if isinstance(model, torch.nn.Module) else program.module(),
         example_inputs=_example_inputs(program, example_inputs),
     )
-
-
-def _write_temporary(destination: Path, data: bytes) -> str:
-    try:
-        handle, temporary = tempfile.mkstemp(
-            dir=destination.parent, prefix=f".{destination.name}.", suffix=".tmp"
-        )
-    except OSError as error:
-        raise ComposerError(f"cannot write {destination}: {error.strerror}.") from error
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return temporary
 
 
 @attrs.frozen
@@ -207,43 +217,24 @@ class Composition:
     eager: torch.nn.Module
     example_inputs: tuple
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the .pte (and any .ptd data files beside it) atomically.
-
-        Each file goes to a temporary file in the same directory first and is renamed into
-        place only when every one is written, so a failure leaves nothing partial behind.
-        """
+    def save(self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None) -> Path:
+        """Write the .pte, any .ptd data files beside it, and ``extra`` files, all or none."""
         target = Path(path)
-        if not target.parent.is_dir():
-            raise ComposerError(
-                f"cannot write {target}: the directory {target.parent} does not exist."
-            )
-        outputs = {target: self.buffer}
+        files = {target: self.buffer}
         for name, data in self.data_files.items():
-            outputs[target.parent / (name if name.endswith(".ptd") else f"{name}.ptd")] = data
-        written: list[tuple[str, Path]] = []
-        try:
-            for destination, data in outputs.items():
-                written.append((_write_temporary(destination, data), destination))
-            for temporary, destination in written:
-                os.replace(temporary, destination)
-        except BaseException:
-            for temporary, _ in written:
-                Path(temporary).unlink(missing_ok=True)
-            raise
+            files[target.parent / (name if name.endswith(".ptd") else f"{name}.ptd")] = data
+        files.update(extra or {})
+        write_all(files)
         return target
 
     def runtime_can_run(self) -> tuple[bool, str]:
         """Whether the ExecuTorch runtime here has every delegate's backend registered."""
-        from executorch.runtime import Runtime
-
-        registered = set(Runtime.get().backend_registry.registered_backend_names)
         used = {
             lowered.backend_id
             for _name, lowered in self.edge.exported_program().graph_module.named_children()
             if hasattr(lowered, "backend_id")
         }
-        missing = sorted(used - registered)
+        missing = sorted(used - registered_backends())
         if missing:
             return False, f"the runtime has no {', '.join(missing)}"
         return True, "every delegate's backend is registered in the runtime"
@@ -261,27 +252,30 @@ class Composition:
     def _verify(self, inputs: tuple) -> Verification:
         # Copies, so that models updating buffers in place start from the same state as
         # the freshly loaded program, however often verify is called.
-        expected = _flatten(copy.deepcopy(self.eager)(*inputs))
+        expected = copy.deepcopy(self.eager)(*inputs)
         can_run, reason = self.runtime_can_run()
         if can_run:
-            from executorch.runtime import Runtime
-
-            method = Runtime.get().load_program(self.buffer).load_method("forward")
-            actual = _flatten(method.execute(list(inputs)))
+            actual = run_program(self.buffer, inputs)
             executor = "executorch runtime"
         else:
-            actual = _flatten(copy.deepcopy(self.reference)(*inputs))
+            actual = copy.deepcopy(self.reference)(*inputs)
             executor = "python reference"
-        if len(actual) != len(expected):
-            return Verification(executor, float("inf"), False, reason)
-        worst = 0.0
-        ok = True
-        for got, want in zip(actual, expected):
-            atol, rtol = default_tolerance(want.dtype)
-            if got.shape != want.shape:
-                return Verification(executor, float("inf"), False, reason)
-            got = got.to(want.dtype)
-            if want.numel():
-                worst = max(worst, (got.double() - want.double()).abs().max().item())
-            ok = ok and torch.allclose(got, want, atol=atol, rtol=rtol)
+        ok, worst = compare(actual, expected)
         return Verification(executor, worst, ok, reason)
+
+
+def compare(actual, expected) -> tuple[bool, float]:
+    """(all close within the dtype's tolerance, largest absolute difference)."""
+    actual, expected = _flatten(actual), _flatten(expected)
+    if len(actual) != len(expected):
+        return False, float("inf")
+    worst, ok = 0.0, True
+    for got, want in zip(actual, expected):
+        if got.shape != want.shape:
+            return False, float("inf")
+        got = got.to(want.dtype)
+        atol, rtol = default_tolerance(want.dtype)
+        if want.numel():
+            worst = max(worst, (got.double() - want.double()).abs().max().item())
+        ok = ok and torch.allclose(got, want, atol=atol, rtol=rtol)
+    return ok, worst

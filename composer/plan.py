@@ -61,6 +61,12 @@ class Plan:
     duplicated_constant_bytes: int
     stand_ins: tuple[str, ...] = ()  # backends planned with a stand-in (cannot lower here)
     edges: tuple[tuple[str, str], ...] = ()  # data edges between the nodes, for pictures
+    # node -> what each backend, in order, answered when offered it (not in to_json)
+    decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
+
+    def explain(self, node_name: str) -> list[tuple[str, str]]:
+        """(backend, what it answered) for each backend in priority order."""
+        return list(self.decisions.get(node_name, ()))
 
     def backend_of(self, node_name: str) -> str:
         return self.node_backends[node_name]

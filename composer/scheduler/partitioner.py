@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 import torch
@@ -135,6 +136,9 @@ class ComposerPartitioner(Partitioner):
         on_partition: Callable[[PartitionRecord], None] | None = None,
         earlier: Sequence[Partitioner] | None = None,
         options: Mapping[str, str] | None = None,
+        never: Iterable[str] = (),
+        min_partition_size: int | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.backend = backend
         self.registry = registry
@@ -143,6 +147,9 @@ class ComposerPartitioner(Partitioner):
         self.on_partition = on_partition
         self.earlier = None if earlier is None else tuple(earlier)
         self.options = dict(options or {})
+        self.never = frozenset(never)
+        self.min_partition_size = min_partition_size or backend.spec.min_partition_size
+        self.progress = progress
         self._native: Partitioner | None = None
         self._native_asked = False
         super().__init__()
@@ -232,12 +239,16 @@ class ComposerPartitioner(Partitioner):
         def is_supported(node: torch.fx.Node) -> bool:
             if node in guarded:
                 return False
+            if self.never and op_name(node) in self.never:
+                declined[node.name] = f"pinned off {self.backend.name} by the user"
+                return False
             ok = answer(node)
             if not ok:
                 declined[node.name] = why_not(node)
             return ok
 
-        partitions = partition_by_support(graph, is_supported, self.backend.spec.min_partition_size)
+        started = time.perf_counter()
+        partitions = partition_by_support(graph, is_supported, self.min_partition_size)
         in_partition = {node for members in partitions for node in members}
         for node in graph.nodes:
             if (
@@ -246,9 +257,7 @@ class ComposerPartitioner(Partitioner):
                 and node not in in_partition
                 and node.name not in declined
             ):
-                declined[node.name] = (
-                    f"partition below the minimum size {self.backend.spec.min_partition_size}"
-                )
+                declined[node.name] = f"partition below the minimum size {self.min_partition_size}"
 
         tags: dict[str, DelegationSpec] = {}
         compile_specs = self._compile_specs(native_compile_specs)
@@ -259,6 +268,15 @@ class ComposerPartitioner(Partitioner):
             tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
         duplicated = tag_constants(exported_program, wanted_constants)
         self._validate(graph)
+        if self.progress is not None:
+            elapsed = time.perf_counter() - started
+            self.progress(
+                f"{self.backend.name}: {len(partitions)} partition(s) in {elapsed:.2f} s"
+                + ("" if not partitions else ", lowering...")
+            )
+            for index, members in enumerate(partitions):
+                ops = sum(1 for n in members if op_name(n) != "getitem")
+                self.progress(f"  {self.backend.name}:{index}  {ops} op(s)")
         if self.on_partition is not None:
             self.on_partition(
                 PartitionRecord(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
+import attrs
 import torch
 import torch.fx
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
@@ -26,13 +28,11 @@ def lower_stack(
     backends: list[Backend],
     registry: Registry,
     stand_ins: set[str],
-    options: Mapping[str, Mapping[str, str]] | None = None,
+    settings: StackSettings | None = None,
 ) -> tuple[EdgeProgramManager, Plan]:
-    """Lower ``program`` with ``backends`` in order; those in ``stand_ins`` lower to a stand-in.
-
-    ``options`` maps a backend name to its options (strings by name).
-    """
-    options = options or {}
+    """Lower ``program`` with ``backends`` in order; those in ``stand_ins`` lower to a stand-in."""
+    settings = settings or StackSettings()
+    progress = settings.progress
     records: list[PartitionRecord] = []
     partitioners: list[ComposerPartitioner] = []
     for backend in backends:
@@ -43,15 +43,32 @@ def lower_stack(
                 stand_in=backend.name in stand_ins,
                 on_partition=records.append,
                 earlier=list(partitioners),
-                options=options.get(backend.name),
+                options=settings.options.get(backend.name),
+                never=settings.never.get(backend.name, ()),
+                min_partition_size=settings.min_partition_size.get(backend.name),
+                progress=progress,
             )
         )
     # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
     # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
+    started = time.perf_counter()
     with torch.no_grad():
         edge = _lower(program, partitioners)
+    if progress is not None:
+        progress(f"lowered with {', '.join(b.name for b in backends)} in "
+                 f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     plan = build_plan(edge.exported_program().graph_module, backends, records, stand_ins)
     return edge, plan
+
+
+@attrs.frozen
+class StackSettings:
+    """What a user can set per backend, by backend name."""
+
+    options: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
+    never: Mapping[str, frozenset[str]] = attrs.field(factory=dict)  # ops it must not take
+    min_partition_size: Mapping[str, int] = attrs.field(factory=dict)
+    progress: Callable[[str], None] | None = None
 
 
 def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) -> EdgeProgramManager:
@@ -134,6 +151,7 @@ def build_plan(
             for record in records
         )
         fallbacks.append(Fallback(node.name, op_name(node), reasons))
+    decisions = _decisions(node_backends, partitions, records)
     delegate_calls = sum(
         1
         for node in graph_module.graph.nodes
@@ -149,9 +167,30 @@ def build_plan(
         crossings=count_crossings(graph_module, backends),
         duplicated_constant_bytes=sum(r.duplicated_constant_bytes for r in records),
         stand_ins=tuple(b.name for b in backends if b.name in stand_ins),
+        decisions=decisions,
         edges=tuple(
             (a, b)
             for a, b in (records[0].edges if records else [])
             if a in node_backends and b in node_backends
         ),
     )
+
+
+def _decisions(
+    node_backends: dict[str, str], partitions: list[Partition], records: list[PartitionRecord]
+) -> dict[str, tuple[tuple[str, str], ...]]:
+    taken = {node: p for p in partitions for node in p.nodes}
+    decisions = {}
+    for node in node_backends:
+        answers = []
+        for record in records:
+            name = record.backend.name
+            partition = taken.get(node)
+            if partition is not None and partition.backend == name:
+                answers.append((name, f"took it (partition {partition.id})"))
+            elif partition is not None and any(b == partition.backend for b, _ in answers):
+                answers.append((name, f"not offered: already lowered by {partition.backend}"))
+            else:
+                answers.append((name, record.declined.get(node, "not offered")))
+        decisions[node] = tuple(answers)
+    return decisions

@@ -1,0 +1,120 @@
+"""The stack a project keeps in ``[tool.composer]`` of pyproject.toml or in composer.toml.
+
+[tool.composer]                      # in composer.toml: the same keys at top level
+backends = ["tensorrt_stub", "xnnpack"]
+
+[tool.composer.options.cuda]         # per-backend options
+max_autotune = "OFF"
+
+[tool.composer.min_partition_size]   # overrides a backend's own minimum
+tensorrt_stub = 3
+
+[tool.composer.never]                # pins: ops a backend must not take
+tensorrt_stub = ["aten._softmax.default"]
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from composer.errors import ComposerError
+
+KEYS = {"backends", "options", "min_partition_size", "never"}
+
+
+@attrs.frozen
+class StackConfig:
+    """Backends in priority order and what is set per backend."""
+
+    backends: tuple[str, ...] = ()
+    options: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    min_partition_size: dict[str, int] = attrs.field(factory=dict)
+    never: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    source: str | None = None  # the file it came from
+
+    def with_overrides(self, backends: str | None, options: list[str]) -> StackConfig:
+        """Command-line ``--backends a,b`` and ``--option backend.name=value`` win."""
+        merged = {name: dict(values) for name, values in self.options.items()}
+        for item in options:
+            key, equals, value = item.partition("=")
+            backend, dot, name = key.partition(".")
+            if not (equals and dot and backend and name):
+                raise ComposerError(f"--option takes BACKEND.NAME=VALUE, not {item!r}.")
+            merged.setdefault(backend, {})[name] = value
+        chosen = tuple(b.strip() for b in backends.split(",")) if backends else self.backends
+        return attrs.evolve(self, backends=chosen, options=merged)
+
+
+def find_config(directory: Path) -> Path | None:
+    """composer.toml, else a pyproject.toml with a [tool.composer] table, in ``directory``."""
+    if (directory / "composer.toml").is_file():
+        return directory / "composer.toml"
+    pyproject = directory / "pyproject.toml"
+    if pyproject.is_file() and "composer" in _read(pyproject).get("tool", {}):
+        return pyproject
+    return None
+
+
+def load_config(path: Path | None) -> StackConfig:
+    """Read the stack from ``path``; no path: an empty config."""
+    if path is None:
+        return StackConfig()
+    data = _read(path)
+    table = data.get("tool", {}).get("composer", {}) if path.name == "pyproject.toml" else data
+    unknown = set(table) - KEYS
+    if unknown:
+        raise ComposerError(
+            f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}."
+        )
+    backends = table.get("backends", ())
+    if isinstance(backends, str):
+        backends = [b.strip() for b in backends.split(",")]
+    return StackConfig(
+        backends=tuple(_strings(backends, path, "backends")),
+        options={
+            name: {
+                key: str(value) for key, value in _table(values, path, f"options.{name}").items()
+            }
+            for name, values in _table(table.get("options", {}), path, "options").items()
+        },
+        min_partition_size={
+            name: _positive(size, path, name)
+            for name, size in _table(
+                table.get("min_partition_size", {}), path, "min_partition_size"
+            ).items()
+        },
+        never={
+            name: tuple(_strings(ops, path, f"never.{name}"))
+            for name, ops in _table(table.get("never", {}), path, "never").items()
+        },
+        source=str(path),
+    )
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ComposerError(f"cannot read {path}: {error}") from error
+
+
+def _table(value: Any, path: Path, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ComposerError(f"{path}: {key} must be a table.")
+    return value
+
+
+def _strings(value: Any, path: Path, key: str) -> list[str]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise ComposerError(f"{path}: {key} must be a list of strings.")
+    return list(value)
+
+
+def _positive(value: Any, path: Path, key: str) -> int:
+    if not isinstance(value, int) or value < 1:
+        raise ComposerError(f"{path}: min_partition_size.{key} must be a whole number >= 1.")
+    return value
