@@ -1,0 +1,157 @@
+"""The composer command line, in process (main(argv)) and, for exit codes, as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from composer import zoo
+from composer.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_backends_lists_every_backend_with_its_distribution(capsys):
+    code, out, _ = run(capsys, "backends")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["name", "backend", "id"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert {"xnnpack", "tensorrt_stub", "cuda", "metal"} <= set(rows)
+    assert "XnnpackBackend" in rows["xnnpack"] and "yes" in rows["xnnpack"]
+    assert "executorch-composer" in rows["xnnpack"]
+
+
+def test_plan_prints_the_table_and_json(capsys):
+    code, out, _ = run(capsys, "plan", "zoo:cumsum_mlp", "--backends", "tensorrt_stub,xnnpack")
+    assert code == 0
+    assert out.splitlines()[0].split() == ["backend", "nodes", "partitions", "ops"]
+    assert "fallback aten_cumsum_default (aten.cumsum.default)" in out
+    code, out, _ = run(capsys, "plan", "zoo:mlp", "--backends", "xnnpack", "--json")
+    assert json.loads(out)["summary"]["xnnpack"]["partitions"] == 1
+
+
+def test_lower_writes_pte_and_reports_then_run_compares(capsys, tmp_path):
+    pte, report = tmp_path / "m.pte", tmp_path / "m.json"
+    code, out, err = run(capsys, "lower", "zoo:cumsum_mlp", "--backends", "xnnpack",
+                         "-o", str(pte), "--report", str(report), "--verify")  # fmt: skip
+    assert code == 0
+    assert pte.read_bytes()[4:8] == b"ET12"
+    assert json.loads(report.read_text())["delegate_calls"] == 2
+    assert "verify: OK" in out and "executorch runtime" in out
+    assert "xnnpack: 2 partition(s)" in err and "lowered with xnnpack" in err  # progress
+    code, out, _ = run(capsys, "run", str(pte), "--compare", "zoo:cumsum_mlp")
+    assert code == 0
+    assert "output 0: shape [4, 16] float32" in out
+    assert "compare with zoo:cumsum_mlp: OK" in out
+    inputs = tmp_path / "inputs.pt"
+    torch.save(zoo.load("cumsum_mlp")[1], inputs)
+    code, out, _ = run(capsys, "run", str(pte), "--inputs", str(inputs))
+    assert code == 0 and "output 0" in out
+
+
+def test_lower_html_report(capsys, tmp_path):
+    report = tmp_path / "plan.html"
+    code, _, _ = run(capsys, "lower", "zoo:mlp", "--backends", "tensorrt_stub", "-o",
+                     str(tmp_path / "m.pte"), "--report", str(report), "--quiet")  # fmt: skip
+    assert code == 0
+    page = report.read_text()
+    assert page.startswith("<!DOCTYPE html>") or page.lower().startswith("<!doctype html>")
+    assert "tensorrt_stub:0" in page
+
+
+def test_explain_says_what_each_backend_answered(capsys):
+    code, out, _ = run(capsys, "explain", "zoo:cumsum_mlp", "--backends", "tensorrt_stub,xnnpack",
+                       "--op", "aten.cumsum.default")  # fmt: skip
+    assert code == 0
+    assert out.splitlines() == [
+        "aten_cumsum_default (aten.cumsum.default) -> portable",
+        "  tensorrt_stub: unsupported op",
+        "  xnnpack: not tagged by XnnpackPartitioner",
+    ]
+    code, out, _ = run(capsys, "explain", "zoo:cumsum_mlp", "--backends", "tensorrt_stub,xnnpack",
+                       "--node", "aten_relu_default")  # fmt: skip
+    assert "tensorrt_stub: took it (partition tensorrt_stub:0)" in out
+    assert "xnnpack: not offered: already lowered by tensorrt_stub" in out
+
+
+def test_config_file_sets_the_stack_pins_and_sizes(capsys, tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.composer]\nbackends = ["tensorrt_stub", "xnnpack"]\n'
+        '[tool.composer.never]\ntensorrt_stub = ["aten.relu.default"]\n'
+        "[tool.composer.min_partition_size]\nxnnpack = 1\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "explain", "zoo:cumsum_mlp", "--node", "aten_relu_default")
+    assert code == 0
+    assert "  tensorrt_stub: pinned off tensorrt_stub by the user" in out
+    assert "  xnnpack: took it" in out
+    # --backends on the command line wins over the file.
+    code, out, _ = run(capsys, "plan", "zoo:cumsum_mlp", "--backends", "xnnpack")
+    assert "tensorrt_stub" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plan", "zoo:mlp", "--backends", "tensorrt"], "unknown backend 'tensorrt'"),
+        (["plan", "zoo:mlp", "--backends", "xnnpack,xnnpack"], "appears twice"),
+        (["plan", "zoo:mlp"], "no backends given"),
+        (["plan", "zoo:nope", "--backends", "xnnpack"], "no zoo model 'nope'"),
+        (["plan", "missing.pt2", "--backends", "xnnpack"], "no such file: missing.pt2"),
+        (["plan", "composer_no_such_module:f", "--backends", "xnnpack"], "cannot import"),
+        (["plan", "zoo:mlp", "--backends", "xnnpack", "--option", "cuda"], "BACKEND.NAME=VALUE"),
+        (["plan", "zoo:mlp", "--backends", "cuda", "--option", "cuda.fast=ON"], "unknown option"),
+        (["lower", "zoo:mlp", "--backends", "cuda", "-o", "x.pte"], "cannot lower on this machine"),
+        (["run", "missing.pte"], "no such file: missing.pte"),
+        (["explain", "zoo:mlp", "--backends", "xnnpack", "--op", "aten.nope"], "no op 'aten.nope'"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    if argv[0] == "lower" and torch.cuda.is_available():
+        pytest.skip("cuda lowers here")
+    code, _out, err = run(capsys, *argv)
+    assert code == 2
+    assert err.startswith("composer: error: ") and message in err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == [], "nothing written"
+
+
+def test_corrupt_pt2_and_factory_that_raises(capsys, tmp_path, monkeypatch):
+    (tmp_path / "bad.pt2").write_bytes(b"not a zip")
+    (tmp_path / "factories.py").write_text(
+        "def broken():\n    raise ValueError('no weights here')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _, err = run(capsys, "plan", "bad.pt2", "--backends", "xnnpack")
+    assert code == 2 and "not a readable torch.export archive" in err
+    code, _, err = run(capsys, "plan", "factories:broken", "--backends", "xnnpack")
+    assert code == 2 and "the factory factories:broken raised ValueError: no weights here" in err
+
+
+def test_pt2_file_from_torch_export_save(capsys, tmp_path):
+    model, inputs = zoo.load("mlp")
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(model, inputs), path)
+    code, out, _ = run(capsys, "plan", str(path), "--backends", "xnnpack")
+    assert code == 0 and "xnnpack" in out
+
+
+def test_subprocess_exit_code_and_no_traceback(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "composer.cli", "plan", "zoo:mlp", "--backends", "nope"],
+        check=False, capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("composer: error: unknown backend")
+    assert "Traceback" not in done.stderr
