@@ -59,24 +59,43 @@ def _as_meta(value):
     return value
 
 
-def ops_inductor_sees(node: torch.fx.Node, op: torch._ops.OpOverload) -> set[torch._ops.OpOverload]:
+def _signature(value) -> object:
+    if isinstance(value, torch.fx.Node):
+        value = value.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if isinstance(value, list | tuple):
+        return tuple(_signature(item) for item in value)
+    return repr(value)
+
+
+_decomposed_cache: dict[object, frozenset[torch._ops.OpOverload]] = {}
+
+
+def ops_inductor_sees(node: torch.fx.Node, op: torch._ops.OpOverload) -> frozenset:
     """The ops left once Inductor's decompositions have run on ``node`` (``{op}`` if none)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     _lowerings, _fallbacks, decompositions = _inductor_tables()
     if op not in decompositions:
-        return {op}
+        return frozenset({op})
+    # Tracing a decomposition costs milliseconds; a model repeats few (op, shapes) pairs.
+    key = (op, _signature(tuple(node.args)), _signature(tuple(node.kwargs.items())))
+    if key in _decomposed_cache:
+        return _decomposed_cache[key]
     try:
         args = _as_meta(tuple(node.args))
-        kwargs = {key: _as_meta(value) for key, value in node.kwargs.items()}
+        kwargs = {name: _as_meta(value) for name, value in node.kwargs.items()}
         traced = make_fx(lambda *a: op(*a, **kwargs), decomposition_table=decompositions)(*args)
+        ops = frozenset(
+            n.target
+            for n in traced.graph.nodes
+            if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+        )
     except Exception:  # noqa: BLE001 - data-dependent or symbolic: judge the op itself
-        return {op}
-    return {
-        n.target
-        for n in traced.graph.nodes
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-    }
+        ops = frozenset({op})
+    _decomposed_cache[key] = ops
+    return ops
 
 
 def fallback_kernel_names(op: torch._ops.OpOverload, device: str) -> set[str]:
@@ -109,7 +128,7 @@ class AotiOperatorSupport(OperatorSupportBase):
         special = self.plugin.special_case(op, node, self.options)
         if special is not False:
             return special
-        shims = set(self.plugin.supported_fallback_kernels())
+        shims = self.plugin.supported_fallback_kernels()
         device = self.plugin.inductor_device
         for piece in sorted(ops_inductor_sees(node, op), key=str):
             if becomes_fallback_kernel(piece) and not fallback_kernel_names(piece, device) & shims:
@@ -153,11 +172,15 @@ class AotiPlugin:
 
     # --- shared -----------------------------------------------------------------------
 
-    def supported_fallback_kernels(self) -> set[str]:
+    @functools.cached_property
+    def _shims(self) -> frozenset[str]:
         try:
-            return set(self.backend_class().get_supported_fallback_kernels())
+            return frozenset(self.backend_class().get_supported_fallback_kernels())
         except ImportError:  # the backend's module cannot import here; plan with no shims
-            return set()
+            return frozenset()
+
+    def supported_fallback_kernels(self) -> frozenset[str]:
+        return self._shims
 
     def checked_options(self, options: Mapping[str, str] | None) -> dict[str, str]:
         """``options`` with defaults filled in; an unknown name or value is a ComposerError."""
