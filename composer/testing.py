@@ -1,0 +1,187 @@
+"""composer's pytest plugin: pin how a model is composed, and check it computes what eager does.
+
+Active once composer is installed (entry point ``pytest11``). In a test::
+
+    def test_my_model(composer_check):
+        composer_check(MyModel(), ["tensorrt_stub", "xnnpack"], (torch.randn(1, 16),),
+                       golden="my_model")
+
+``composer_check`` composes the model (plans it, for backends that cannot lower on this
+machine), asserts every partition convex and the stacked program acyclic, compares the output
+with eager within a tolerance set by dtype (in the ExecuTorch runtime where the stack allows,
+else the Python reference run), and compares the plan with ``golden/<name>.json`` beside the
+test file. ``pytest --composer-update-golden`` rewrites the golden files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import pytest
+
+from composer.plan import PORTABLE, Plan
+
+GOLDEN_DIR = "golden"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("composer")
+    group.addoption(
+        "--composer-update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite composer's golden plan files instead of comparing with them",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "composer: a composition regression test")
+
+
+def golden_summary(plan: Plan) -> dict[str, Any]:
+    """The parts of a plan a golden file pins: where ops went, partitions, calls, crossings.
+
+    Node names are left out on purpose: they change with torch versions while the
+    composition does not.
+    """
+    return {
+        "backends": list(plan.backends),
+        "ops": {
+            backend: dict(sorted(plan.ops_on(backend).items()))
+            for backend in (*plan.backends, PORTABLE)
+            if plan.ops_on(backend)
+        },
+        "partitions": [{"backend": p.backend, "ops": p.op_counts} for p in plan.partitions],
+        "delegate_calls": plan.delegate_calls,
+        "crossings": plan.crossings,
+    }
+
+
+def describe_golden_diff(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """What moved, in words: ops between backends, partition counts, calls, crossings."""
+    lines = []
+    if expected.get("backends") != actual.get("backends"):
+        lines.append(f"backend stack: {expected.get('backends')} -> {actual.get('backends')}")
+    ops = sorted(
+        {op for side in (expected, actual) for counts in side["ops"].values() for op in counts}
+    )
+    for op in ops:
+        before = {b: c[op] for b, c in expected["ops"].items() if op in c}
+        after = {b: c[op] for b, c in actual["ops"].items() if op in c}
+        if before != after:
+            lines.append(f"{op}: {_where(before)} -> {_where(after)}")
+    for backend in dict.fromkeys([*expected["ops"], *actual["ops"], *actual["backends"]]):
+        before = sum(1 for p in expected["partitions"] if p["backend"] == backend)
+        after = sum(1 for p in actual["partitions"] if p["backend"] == backend)
+        if before != after:
+            lines.append(f"partitions on {backend}: {before} -> {after}")
+    if not lines and expected["partitions"] != actual["partitions"]:
+        lines.append("the same ops per backend, grouped into partitions differently")
+    for key in ("delegate_calls", "crossings"):
+        if expected[key] != actual[key]:
+            lines.append(f"{key.replace('_', ' ')}: {expected[key]} -> {actual[key]}")
+    return lines
+
+
+def _where(counts: dict[str, int]) -> str:
+    return ", ".join(f"{backend} x{n}" for backend, n in counts.items()) or "nowhere"
+
+
+def _stands_for(*values):  # a node of the rebuilt graph; never called
+    raise NotImplementedError
+
+
+def check_convex(plan: Plan) -> None:
+    """Assert every partition convex and the partitions acyclic, from the plan's own edges."""
+    import torch.fx
+
+    from composer.scheduler import find_tag_cycle
+
+    graph = torch.fx.Graph()
+    nodes = {name: graph.call_function(_stands_for, (), name=name) for name in plan.node_backends}
+    # Rebuild the data edges as a graph so the scheduler's own cycle check reads them.
+    users: dict[str, list[str]] = {}
+    for a, b in plan.edges:
+        users.setdefault(a, []).append(b)
+    for name, node in nodes.items():
+        for user in users.get(name, []):
+            nodes[user].args = (*nodes[user].args, node)
+    tags = {nodes[n]: p.id for p in plan.partitions for n in p.nodes}
+    path = find_tag_cycle(graph, tags)
+    assert path is None, f"partition not convex: path {' -> '.join(n.name for n in path)}"
+
+
+@attrs.frozen
+class CheckResult:
+    plan: Plan
+    verified: bool  # False where the stack could only be planned here
+    executor: str
+    max_abs_error: float
+
+
+class CompositionChecker:
+    """The callable behind the ``composer_check`` fixture."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.request = request
+        self.update = request.config.getoption("--composer-update-golden")
+
+    def __call__(
+        self,
+        model,
+        backends: str | Sequence[str],
+        example_inputs: Sequence[Any] | None = None,
+        *,
+        golden: str | None = None,
+        **settings: Any,
+    ) -> CheckResult:
+        import composer
+        from composer.registry import default_registry
+
+        registry = default_registry()
+        resolved = registry.resolve(backends)
+        lowerable = all(registry.unavailable_reason(b) is None for b in resolved)
+        if lowerable:
+            composition = composer.compose(model, backends, example_inputs, **settings)
+            plan = composition.plan
+            verification = composition.verify()
+            assert verification.ok, f"composed output differs from eager: {verification}"
+            result = CheckResult(plan, True, verification.executor, verification.max_abs_error)
+        else:
+            plan = composer.plan(model, backends, example_inputs, **settings)
+            result = CheckResult(plan, False, "not run (planned with stand-ins)", float("nan"))
+        check_convex(plan)
+        if golden is not None:
+            self._compare_golden(golden, plan)
+        return result
+
+    def _compare_golden(self, name: str, plan: Plan) -> None:
+        path = self.request.path.parent / GOLDEN_DIR / f"{name}.json"
+        actual = golden_summary(plan)
+        if self.update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(actual, indent=2) + "\n")
+            return
+        if not path.exists():
+            pytest.fail(
+                f"no golden plan {path}; run pytest --composer-update-golden to write it",
+                pytrace=False,
+            )
+        expected = json.loads(path.read_text())
+        if expected != actual:
+            changes = describe_golden_diff(expected, actual)
+            pytest.fail(
+                f"the composition changed from golden plan {path.name}:\n  "
+                + "\n  ".join(changes)
+                + "\n(if this is intended, run pytest --composer-update-golden)",
+                pytrace=False,
+            )
+
+
+@pytest.fixture
+def composer_check(request: pytest.FixtureRequest) -> CompositionChecker:
+    """Compose, check convexity and outputs, and compare with a golden plan; see the module."""
+    return CompositionChecker(request)
