@@ -123,12 +123,197 @@ class CumsumMLP(nn.Module):
         return self.fc2(torch.cumsum(y, dim=-1)) + y
 
 
+class BasicBlock(nn.Module):
+    """A ResNet basic block: conv-bn-relu-conv-bn plus an identity or 1x1 projection skip."""
+
+    def __init__(self, inputs: int, outputs: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(outputs)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(outputs)
+        self.skip: nn.Module = nn.Identity()
+        if stride != 1 or inputs != outputs:
+            self.skip = nn.Sequential(
+                nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.skip(x))
+
+
+class ResNet(nn.Module):
+    """A small ResNet: conv stem, an identity block, a projection block, pooling, linear head."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
+        )
+        self.blocks = nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 16, stride=2))
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.blocks(self.stem(x))
+        return self.head(nn.functional.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def conv_bn_relu6(inputs: int, outputs: int, kernel: int, stride: int = 1, groups: int = 1):
+    return nn.Sequential(
+        nn.Conv2d(inputs, outputs, kernel, stride, kernel // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(outputs),
+        nn.ReLU6(),
+    )
+
+
+class MobileNet(nn.Module):
+    """A small MobileNet (v1): depthwise 3x3 then pointwise 1x1 convolutions, with ReLU6."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        layers = [conv_bn_relu6(3, 8, 3, stride=2)]
+        for inputs, outputs, stride in ((8, 16, 1), (16, 16, 2)):
+            layers.append(conv_bn_relu6(inputs, inputs, 3, stride, groups=inputs))
+            layers.append(conv_bn_relu6(inputs, outputs, 1))
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1)
+        return self.head(x)
+
+
+class CachedAttention(nn.Module):
+    """Llama attention with rotary embedding over a KV cache updated in place at input_pos."""
+
+    def __init__(self, dim: int, heads: int, max_seq: int, batch: int = 1) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.wq = nn.Linear(dim, dim, bias=False)
+        self.wk = nn.Linear(dim, dim, bias=False)
+        self.wv = nn.Linear(dim, dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        cache = torch.zeros(batch, heads, max_seq, self.head_dim)
+        self.register_buffer("k_cache", cache.clone())
+        self.register_buffer("v_cache", cache.clone())
+
+    def forward(self, x, cos, sin, mask, input_pos) -> torch.Tensor:
+        batch, seq, dim = x.shape
+        shape = (batch, seq, self.heads, self.head_dim)
+        q, k, v = (w(x).reshape(shape).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        # As ExecuTorch's Llama export: write this step's keys and values into the cache.
+        self.k_cache.index_copy_(2, input_pos, k)
+        self.v_cache.index_copy_(2, input_pos, v)
+        attention = nn.functional.scaled_dot_product_attention(
+            q, self.k_cache, self.v_cache, attn_mask=mask
+        )
+        return self.wo(attention.transpose(1, 2).reshape(batch, seq, dim))
+
+
+class DecoderLayer(nn.Module):
+    """A Llama decoder layer: RMSNorm, cached attention, RMSNorm, SwiGLU MLP, residuals."""
+
+    def __init__(self, dim: int, heads: int, hidden: int, max_seq: int) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(dim)
+        self.attention = CachedAttention(dim, heads, max_seq)
+        self.mlp_norm = RMSNorm(dim)
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x, cos, sin, mask, input_pos) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
+        h = self.mlp_norm(x)
+        return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
+
+
+class LlamaDecoder(nn.Module):
+    """A tiny Llama: embedding, decoder layers with a KV cache, final RMSNorm, vocab head."""
+
+    def __init__(
+        self, vocab: int = 64, dim: int = 32, heads: int = 4, layers: int = 2, max_seq: int = 16
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(DecoderLayer(dim, heads, 64, max_seq) for _ in range(layers))
+        self.norm = RMSNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        head_dim = dim // heads
+        inverse = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        angles = torch.arange(max_seq).float()[:, None] * torch.cat((inverse, inverse))[None, :]
+        self.register_buffer("cos", torch.cos(angles), persistent=False)
+        self.register_buffer("sin", torch.sin(angles), persistent=False)
+        causal = torch.full((max_seq, max_seq), float("-inf")).triu(1)
+        self.register_buffer("mask", causal, persistent=False)
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        cos, sin, mask = self.cos[input_pos], self.sin[input_pos], self.mask[input_pos]
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, input_pos)
+        return self.head(self.norm(x))
+
+
+class GRUClassifier(nn.Module):
+    """A GRU sequence model with a linear head on the last step."""
+
+    def __init__(self, features: int = 8, hidden: int = 16, classes: int = 4) -> None:
+        super().__init__()
+        self.gru = nn.GRU(features, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(x)
+        return self.head(out[:, -1])
+
+
+class CondMLP(nn.Module):
+    """Data-dependent control flow: torch.cond picks one of two branches between linears."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(16, 16)
+        self.fc2 = nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc1(x)
+        y = torch.cond(y.sum() > 0, lambda t: torch.relu(t) * 2, lambda t: torch.tanh(t) - 1, (y,))
+        return self.fc2(y)
+
+
+class TiedLM(nn.Module):
+    """A tiny language model whose embedding and output head share one weight."""
+
+    def __init__(self, vocab: int = 64, dim: int = 32) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 64), nn.GELU(), nn.Linear(64, dim))
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        return self.head(x + self.mlp(x))
+
+
 ZOO: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     "mlp": lambda: (MLP(), (torch.randn(4, 16),)),
     "cnn": lambda: (SmallCNN(), (torch.randn(2, 3, 16, 16),)),
     "transformer_block": lambda: (TransformerBlock(), (torch.randn(2, 8, 32),)),
     "cumsum_mlp": lambda: (CumsumMLP(), (torch.randn(4, 16),)),
     "llama_block": lambda: (LlamaBlock(), (torch.randn(2, 8, 32),)),
+    "resnet": lambda: (ResNet(), (torch.randn(1, 3, 32, 32),)),
+    "mobilenet": lambda: (MobileNet(), (torch.randn(1, 3, 32, 32),)),
+    "llama_decoder": lambda: (
+        LlamaDecoder(),
+        (torch.randint(0, 64, (1, 4)), torch.arange(4)),
+    ),
+    "gru": lambda: (GRUClassifier(), (torch.randn(1, 6, 8),)),
+    "cond": lambda: (CondMLP(), (torch.randn(4, 16),)),
+    "tied_lm": lambda: (TiedLM(), (torch.randint(0, 64, (1, 6)),)),
 }
 
 
