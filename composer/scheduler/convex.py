@@ -12,6 +12,10 @@ nodes grouped by level. Then:
   node(s), supported node, ... forces a new partition at every such step, and the deepest
   supported node's level counts exactly those steps on its longest path.
 
+Levels start as soon as possible; a backward pass then moves a node up into its consumers'
+stage where that stage already holds its colour (a weight's transpose joins the matmul that
+reads it), which keeps every property above and never adds a partition.
+
 A partition may hold several unconnected pieces (as ``torch.fx``'s
 ``CapabilityBasedPartitioner`` also makes): one delegate call instead of several. That
 partitioner merges pairwise with a reachability check per merge, which is super-quadratic
@@ -54,14 +58,43 @@ def _levels(graph: _Graph, colors: list[Hashable | None]) -> list[int]:
         level = 0
         for p in preds:
             # Leaving a coloured node for one of another colour (or none) starts a new stage.
-            step = 1 if colors[p] is not None and colors[p] != colors[i] else 0
-            level = max(level, levels[p] + step)
+            level = max(level, levels[p] + _step(colors, p, i))
         levels[i] = level
     return levels
 
 
+def _step(colors: list[Hashable | None], source: int, target: int) -> int:
+    return 1 if colors[source] is not None and colors[source] != colors[target] else 0
+
+
+def _join_consumers(graph: _Graph, colors: list[Hashable | None], levels: list[int]) -> None:
+    """Move a node up to its consumers' stage when that stage already has its colour.
+
+    Stages as soon as possible put a node that only reads constants (a weight's permute) in
+    the first stage, away from the op that uses it. Any assignment that keeps the level rules
+    is as convex as the first, and moving only into stages already in use never adds a
+    partition.
+    """
+    occupied: dict[tuple[int, Hashable], int] = {}
+    for i, color in enumerate(colors):
+        if color is not None:
+            key = (levels[i], color)
+            occupied[key] = occupied.get(key, 0) + 1
+    for i in range(len(graph.nodes) - 1, -1, -1):
+        color = colors[i]
+        succs = graph.succs[i]
+        if color is None or not succs:
+            continue
+        target = min(levels[s] - _step(colors, i, s) for s in succs)
+        if target > levels[i] and occupied.get((target, color)):
+            occupied[(levels[i], color)] -= 1
+            occupied[(target, color)] += 1
+            levels[i] = target
+
+
 def _propose(graph: _Graph, colors: list[Hashable | None]) -> list[list[int]]:
     levels = _levels(graph, colors)
+    _join_consumers(graph, colors, levels)
     partitions: dict[tuple[int, Hashable], list[int]] = {}
     for i, color in enumerate(colors):
         if color is not None:
