@@ -21,7 +21,7 @@ def _stack(args: argparse.Namespace):
     path = Path(args.config) if args.config else find_config(Path.cwd())
     if args.config and not path.is_file():
         raise ComposerError(f"no such config file: {args.config}")
-    stack = load_config(path).with_overrides(args.backends, args.option)
+    stack = load_config(path).with_overrides(args.backends, args.option, args.no_consolidate)
     if not stack.backends:
         raise ComposerError(
             "no backends given: pass --backends a,b or set backends in [tool.composer] of "
@@ -35,6 +35,7 @@ def _settings(stack) -> dict:
         "options": stack.options,
         "never": stack.never,
         "min_partition_size": stack.min_partition_size,
+        "consolidate": stack.consolidate,
     }
 
 
@@ -208,6 +209,10 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", help="composer.toml or pyproject.toml (default: the one in this directory)"
     )
+    parser.add_argument(
+        "--no-consolidate", action="store_true",
+        help="plain priority order: do not hand small islands to the backend around them",
+    )  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,8 @@ tensorrt_stub = 3
 
 [tool.composer.never]                # pins: ops a backend must not take
 tensorrt_stub = ["aten._softmax.default"]
+
+``consolidate = false`` (top level) keeps plain priority order: no island is handed over.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import attrs
 
 from composer.errors import ComposerError
 
-KEYS = {"backends", "options", "min_partition_size", "never"}
+KEYS = {"backends", "options", "min_partition_size", "never", "consolidate"}
 
 
 @attrs.frozen
@@ -34,9 +36,12 @@ class StackConfig:
     options: dict[str, dict[str, str]] = attrs.field(factory=dict)
     min_partition_size: dict[str, int] = attrs.field(factory=dict)
     never: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
+    consolidate: bool = True  # hand small islands to the backend around them
     source: str | None = None  # the file it came from
 
-    def with_overrides(self, backends: str | None, options: list[str]) -> StackConfig:
+    def with_overrides(
+        self, backends: str | None, options: list[str], plain_order: bool = False
+    ) -> StackConfig:
         """Command-line ``--backends a,b`` and ``--option backend.name=value`` win."""
         merged = {name: dict(values) for name, values in self.options.items()}
         for item in options:
@@ -46,7 +51,8 @@ class StackConfig:
                 raise ComposerError(f"--option takes BACKEND.NAME=VALUE, not {item!r}.")
             merged.setdefault(backend, {})[name] = value
         chosen = tuple(b.strip() for b in backends.split(",")) if backends else self.backends
-        return attrs.evolve(self, backends=chosen, options=merged)
+        consolidate = self.consolidate and not plain_order
+        return attrs.evolve(self, backends=chosen, options=merged, consolidate=consolidate)
 
 
 def find_config(directory: Path) -> Path | None:
@@ -91,6 +97,7 @@ def load_config(path: Path | None) -> StackConfig:
             name: tuple(_strings(ops, path, f"never.{name}"))
             for name, ops in _table(table.get("never", {}), path, "never").items()
         },
+        consolidate=_boolean(table.get("consolidate", True), path),
         source=str(path),
     )
 
@@ -112,6 +119,12 @@ def _strings(value: Any, path: Path, key: str) -> list[str]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ComposerError(f"{path}: {key} must be a list of strings.")
     return list(value)
+
+
+def _boolean(value: Any, path: Path) -> bool:
+    if not isinstance(value, bool):
+        raise ComposerError(f"{path}: consolidate must be true or false.")
+    return value
 
 
 def _positive(value: Any, path: Path, key: str) -> int:

@@ -155,3 +155,15 @@ def test_subprocess_exit_code_and_no_traceback(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("composer: error: unknown backend")
     assert "Traceback" not in done.stderr
+
+
+def test_no_consolidate_keeps_plain_priority_order(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["plan", "zoo:transformer_block", "--backends", "xnnpack,tensorrt_stub"]
+    _, consolidated, _ = run(capsys, *argv)
+    _, plain, _ = run(capsys, *argv, "--no-consolidate")
+    assert "delegate calls: 3 " in consolidated
+    assert "delegate calls: 7 " in plain
+    (tmp_path / "composer.toml").write_text("consolidate = false\n")
+    _, from_file, _ = run(capsys, *argv)
+    assert "delegate calls: 7 " in from_file

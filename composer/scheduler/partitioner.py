@@ -139,6 +139,7 @@ class ComposerPartitioner(Partitioner):
         never: Iterable[str] = (),
         min_partition_size: int | None = None,
         progress: Callable[[str], None] | None = None,
+        consolidation: Consolidation | None = None,
     ) -> None:
         self.backend = backend
         self.registry = registry
@@ -150,6 +151,7 @@ class ComposerPartitioner(Partitioner):
         self.never = frozenset(never)
         self.min_partition_size = min_partition_size or backend.spec.min_partition_size
         self.progress = progress
+        self.consolidation = consolidation
         self._native: Partitioner | None = None
         self._native_asked = False
         super().__init__()
@@ -235,12 +237,22 @@ class ComposerPartitioner(Partitioner):
                 return f"not tagged by {type(self._native).__name__}"
 
         declined: dict[str, str] = {}
+        moved = (
+            self.consolidation.moved_from(self.backend.name, exported_program)
+            if self.consolidation is not None
+            else {}
+        )
 
         def is_supported(node: torch.fx.Node) -> bool:
             if node in guarded:
                 return False
             if self.never and op_name(node) in self.never:
                 declined[node.name] = f"pinned off {self.backend.name} by the user"
+                return False
+            if node.name in moved:
+                declined[node.name] = (
+                    f"left to {moved[node.name]}: a small island between its partitions"
+                )
                 return False
             ok = answer(node)
             if not ok:
@@ -288,6 +300,31 @@ class ComposerPartitioner(Partitioner):
                 )
             )
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    def supported_names(self, program: ExportedProgram) -> set[str]:
+        """Names of the ops this backend would take in ``program``, ignoring partition sizes."""
+        graph = program.graph_module.graph
+        guarded = foreign_delegate_nodes(graph)
+        support = self.registry.call(
+            "composer_operator_support", self.backend, program=program, options=self.options
+        )
+        if support is not None:
+            submodules = dict(program.graph_module.named_modules())
+            taken = {
+                node
+                for node in graph.nodes
+                if node.op == "call_function"
+                and node not in guarded
+                and support.is_node_supported(submodules, node)
+            }
+        else:
+            native = self._native_partitioner(program)
+            if native is None:
+                return set()
+            _clear_tags(graph)
+            native.partition(program)
+            taken = {n for n in take_tags(graph) if n.op == "call_function" and n not in guarded}
+        return {n.name for n in taken if op_name(n) != "getitem" and op_name(n) not in self.never}
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -380,3 +417,40 @@ def check_lowerable(graph: torch.fx.Graph, who: str) -> None:
             f"(path {describe_path(path)}); refusing to lower. This is a bug in composer or in "
             "the plugin; please report it with the model."
         )
+
+
+class Consolidation:
+    """The island moves for one stack, worked out once on the program before any lowering."""
+
+    def __init__(self, partitioners: Sequence[ComposerPartitioner]) -> None:
+        self.partitioners = partitioners
+        self.moves: dict[str, str] | None = None  # node -> receiving backend
+        self.owner: dict[str, str] = {}
+
+    def moved_from(self, backend: str, program: ExportedProgram) -> dict[str, str]:
+        """Nodes priority order gives ``backend`` that go to another backend instead."""
+        if self.moves is None:
+            self._work_out(program)
+        return {
+            node: receiver
+            for node, receiver in self.moves.items()
+            if self.owner.get(node) == backend
+        }
+
+    def _work_out(self, program: ExportedProgram) -> None:
+        from composer.scheduler.consolidate import PORTABLE, islands_to_move
+
+        graph = program.graph_module.graph
+        guarded = foreign_delegate_nodes(graph)
+        supported = {p.backend.name: p.supported_names(program) for p in self.partitioners}
+        ops = [
+            n.name
+            for n in graph.nodes
+            if n.op == "call_function" and n not in guarded and op_name(n) != "getitem"
+        ]
+        for name in ops:
+            self.owner[name] = next(
+                (p.backend.name for p in self.partitioners if name in supported[p.backend.name]),
+                PORTABLE,
+            )
+        self.moves = islands_to_move(self.owner, supported, compute_edges(graph, guarded))

@@ -17,7 +17,7 @@ from composer.op_names import op_name
 from composer.plan import PORTABLE, Fallback, Partition, Plan
 from composer.registry import Backend, Registry
 from composer.scheduler.guards import foreign_delegate_nodes
-from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
+from composer.scheduler.partitioner import ComposerPartitioner, Consolidation, PartitionRecord
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_backend_name
 
 HOST = "cpu"
@@ -35,6 +35,7 @@ def lower_stack(
     progress = settings.progress
     records: list[PartitionRecord] = []
     partitioners: list[ComposerPartitioner] = []
+    consolidation = Consolidation(partitioners) if settings.consolidate else None
     for backend in backends:
         partitioners.append(
             ComposerPartitioner(
@@ -47,6 +48,7 @@ def lower_stack(
                 never=settings.never.get(backend.name, ()),
                 min_partition_size=settings.min_partition_size.get(backend.name),
                 progress=progress,
+                consolidation=consolidation,
             )
         )
     # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
@@ -69,6 +71,7 @@ class StackSettings:
     never: Mapping[str, frozenset[str]] = attrs.field(factory=dict)  # ops it must not take
     min_partition_size: Mapping[str, int] = attrs.field(factory=dict)
     progress: Callable[[str], None] | None = None
+    consolidate: bool = True  # give small islands to the backend around them
 
 
 def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) -> EdgeProgramManager:
