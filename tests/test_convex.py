@@ -20,6 +20,7 @@ from composer.synthetic import (
     transformer_like,
     wide_branching,
 )
+from composer.zoo import ZOO, load
 
 
 def anchor_count(graph_module) -> int:
@@ -104,3 +105,23 @@ def test_cycle_check_names_the_path_out_and_back():
     assert any(n.target is torch.cumsum for n in path)
     for a, b in itertools.pairwise(path):
         assert b in a.users or one_tag.get(a) == one_tag.get(b)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_edge_programs_need_no_more_partitions_than_the_anchor(name):
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    from composer.plugins.tensorrt_stub.support import TensorRTOperatorSupport
+
+    model, inputs = load(name)
+    with torch.no_grad():
+        program = to_edge(
+            torch.export.export(model, inputs),
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        ).exported_program()
+    support = TensorRTOperatorSupport()
+    ours = partition_convex(program.graph_module, support)
+    theirs = CapabilityBasedPartitioner(
+        program.graph_module, support, allows_single_node_partition=True
+    ).propose_partitions()
+    assert len(ours) <= len(theirs)
