@@ -282,20 +282,30 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, short caps")
     parser.add_argument("--anchor-cap", type=float, default=None, help="seconds per anchor run")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--sections",
+        default="shapes,three,e2e,stack",
+        help="comma-separated: shapes, three (backends at 100k), e2e, stack (xnnpack then cuda)",
+    )
+    parser.add_argument("--blocks", default=None, help="llama blocks for 'stack', e.g. 4,16")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     cap = args.anchor_cap or (20.0 if args.quick else 240.0)
     sizes = [500, 1000] if args.quick else [1000, 2000, 4000]
-    results = {
-        "shapes": shapes_table(sizes, cap),
-        "three backends": [
+    blocks = [int(b) for b in args.blocks.split(",")] if args.blocks else None
+    sections = {
+        "shapes": lambda: shapes_table(sizes, cap),
+        "three": lambda: [
             three_backends(n) for n in ([20_000] if args.quick else [50_000, 100_000])
         ],
-        "end to end (xnnpack)": end_to_end(
-            ["mlp", "cnn", "transformer_block", "llama_block"], 3 if args.quick else 5
+        "e2e": lambda: end_to_end(
+            ["mlp", "cnn", "transformer_block", "llama_block"], 3 if args.quick else 7
         ),
-        "xnnpack then cuda": xnnpack_then_cuda([2, 4] if args.quick else [4, 8, 16, 32], cap),
+        "stack": lambda: xnnpack_then_cuda(
+            blocks or ([2, 4] if args.quick else [4, 8, 16, 32]), cap
+        ),
     }
+    results = {name: sections[name]() for name in args.sections.split(",")}
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)
