@@ -121,23 +121,30 @@ def run_case(test_class, name):
     assert result.testsRun == 1 and not result.skipped
 
 
+SUITES = {
+    "cuda": (test_cuda_partitioner, "CudaPartitioner", test_cuda_partitioner.TestCudaPartitioner),
+    "metal": (
+        test_metal_partitioner,
+        "MetalPartitioner",
+        test_metal_partitioner.TestMetalPartitioner,
+    ),
+}
+
+
 @pytest.mark.parametrize(
-    ("test_class", "name"), executorch_cases(test_cuda_partitioner.TestCudaPartitioner)
+    ("backend", "test_class", "name"),
+    [
+        pytest.param(backend, *case.values, marks=case.marks, id=case.id)
+        for backend, (_, _, test_class) in SUITES.items()
+        for case in executorch_cases(test_class)
+    ],
 )
-def test_executorch_cuda_partitioner_case(test_class, name):
-    def composer_cuda(compile_spec):
-        return composer.partitioner("cuda")
+def test_executorch_partitioner_case(backend, test_class, name):
+    """ExecuTorch's own test, with composer's partitioner where it builds its own."""
+    module, class_name, _ = SUITES[backend]
 
-    with mock.patch.object(test_cuda_partitioner, "CudaPartitioner", composer_cuda):
-        run_case(test_class, name)
+    def composer_partitioner(compile_spec):
+        return composer.partitioner(backend)
 
-
-@pytest.mark.parametrize(
-    ("test_class", "name"), executorch_cases(test_metal_partitioner.TestMetalPartitioner)
-)
-def test_executorch_metal_partitioner_case(test_class, name):
-    def composer_metal(compile_spec):
-        return composer.partitioner("metal")
-
-    with mock.patch.object(test_metal_partitioner, "MetalPartitioner", composer_metal):
+    with mock.patch.object(module, class_name, composer_partitioner):
         run_case(test_class, name)
