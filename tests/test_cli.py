@@ -167,3 +167,12 @@ def test_no_consolidate_keeps_plain_priority_order(capsys, tmp_path, monkeypatch
     (tmp_path / "composer.toml").write_text("consolidate = false\n")
     _, from_file, _ = run(capsys, *argv)
     assert "delegate calls: 7 " in from_file
+
+
+def test_run_explains_a_program_whose_backend_this_runtime_lacks(capsys, tmp_path):
+    pte = tmp_path / "stub.pte"
+    run(capsys, "lower", "zoo:mlp", "--backends", "tensorrt_stub", "-o", str(pte), "--quiet")
+    code, _, err = run(capsys, "run", str(pte), "--compare", "zoo:mlp")
+    assert code == 2
+    assert "cannot load method 'forward'" in err
+    assert "XnnpackBackend" in err  # what this runtime does have
