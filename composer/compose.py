@@ -82,7 +82,7 @@ def _settings(resolved, options, never, min_partition_size, progress, consolidat
     )
 
 
-def _prepare(model, backends, example_inputs, registry, plan_only):
+def _prepare(backends, registry, plan_only):
     registry = registry or default_registry()
     resolved = registry.resolve(backends)
     stand_ins = set()
@@ -116,7 +116,7 @@ def plan(
     Runs on any machine: the partitions are exactly those ``compose`` makes on the target.
     The keyword arguments are as for :func:`compose`.
     """
-    resolved, registry, unavailable = _prepare(model, backends, example_inputs, registry, True)
+    resolved, registry, unavailable = _prepare(backends, registry, True)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
     program = export_model(model, example_inputs)
     # Plan mode compiles nothing: every backend lowers to the stand-in.
@@ -146,7 +146,7 @@ def compose(
     between partitions of another to that other backend when it can take it (fewer delegate
     calls and device crossings than plain priority order); ``False`` keeps plain order.
     """
-    resolved, registry, stand_ins = _prepare(model, backends, example_inputs, registry, False)
+    resolved, registry, stand_ins = _prepare(backends, registry, False)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
     program = export_model(model, example_inputs)
     edge, result = lower_stack(program, resolved, registry, stand_ins, settings)

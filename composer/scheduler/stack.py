@@ -143,18 +143,16 @@ def build_plan(
                 )
             )
     guarded = foreign_delegate_nodes(graph_module.graph)
-    fallbacks = []
+    portable = []
     for node in graph_module.graph.nodes:
         if node.op != "call_function" or node in guarded or op_name(node) == "getitem":
             continue
         node_backends[node.name] = PORTABLE
         node_ops[node.name] = op_name(node)
-        reasons = tuple(
-            (record.backend.name, record.declined.get(node.name, "not offered"))
-            for record in records
-        )
-        fallbacks.append(Fallback(node.name, op_name(node), reasons))
+        portable.append(node.name)
     decisions = _decisions(node_backends, partitions, records)
+    # A node no backend took: what each answered is its reason for falling back.
+    fallbacks = [Fallback(name, node_ops[name], decisions[name]) for name in portable]
     delegate_calls = sum(
         1
         for node in graph_module.graph.nodes
