@@ -6,18 +6,50 @@ composition = composer.compose(model, "tensorrt_stub,xnnpack", example_inputs)
 composition.save("model.pte"); print(composition.verify())
 """
 
-from composer.backend_spec import BackendSpec
-from composer.compose import Composition, Verification, compose, plan
-from composer.drop_in import guard, partitioner
-from composer.errors import (
-    BackendListError,
-    ComposerError,
-    ModelError,
-    PartitionError,
-    PluginError,
-)
-from composer.plan import Fallback, Partition, Plan
-from composer.registry import Registry, default_registry
+# The public names load on first use (PEP 562): torch and ExecuTorch take seconds to import,
+# and this package is imported by `composer --help` and by its pytest plugin, which pytest
+# loads in every run of every environment composer is installed in.
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from composer.backend_spec import BackendSpec
+    from composer.compose import Composition, Verification, compose, plan
+    from composer.drop_in import guard, partitioner
+    from composer.errors import (
+        BackendListError,
+        ComposerError,
+        ModelError,
+        PartitionError,
+        PluginError,
+    )
+    from composer.plan import Fallback, Partition, Plan
+    from composer.registry import Registry, default_registry
+
+_MODULE_OF = {
+    "BackendListError": "composer.errors",
+    "BackendSpec": "composer.backend_spec",
+    "ComposerError": "composer.errors",
+    "Composition": "composer.compose",
+    "Fallback": "composer.plan",
+    "ModelError": "composer.errors",
+    "Partition": "composer.plan",
+    "PartitionError": "composer.errors",
+    "Plan": "composer.plan",
+    "PluginError": "composer.errors",
+    "Registry": "composer.registry",
+    "Verification": "composer.compose",
+    "compose": "composer.compose",
+    "default_registry": "composer.registry",
+    "guard": "composer.drop_in",
+    "partitioner": "composer.drop_in",
+    "plan": "composer.compose",
+}
 
 __all__ = [
     "BackendListError",
@@ -38,3 +70,45 @@ __all__ = [
     "partitioner",
     "plan",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'composer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _FunctionOverSubmodule:
+    """A public function named like a submodule (``plan``, ``compose``) that stays the function.
+
+    Importing the submodule ``composer.plan`` (as every module reading ``Plan`` does) makes the
+    import system set the package's ``plan`` to that module; with lazy names, which one
+    ``composer.plan`` was would depend on import order. The submodules stay reachable the
+    usual ways: ``from composer.plan import Plan``, ``importlib.import_module("composer.plan")``.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, package: types.ModuleType | None, owner: type | None = None) -> Any:
+        if package is None:
+            return self
+        return getattr(importlib.import_module(_MODULE_OF[self.name]), self.name)
+
+    def __set__(self, package: types.ModuleType, submodule: types.ModuleType) -> None:
+        pass  # the import system binding the submodule; sys.modules keeps it
+
+
+class _Package(types.ModuleType):
+    compose = _FunctionOverSubmodule()
+    plan = _FunctionOverSubmodule()
+
+
+sys.modules[__name__].__class__ = _Package

@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
 
-from composer.plan import PORTABLE, Plan
+if TYPE_CHECKING:
+    from composer.plan import Plan
+
+# pytest loads this plugin in every run wherever composer is installed: composer's own modules
+# (and through them torch and ExecuTorch) are imported inside the functions that use them.
 
 GOLDEN_DIR = "golden"
 
@@ -47,6 +51,8 @@ def golden_summary(plan: Plan) -> dict[str, Any]:
     Node names are left out on purpose: they change with torch versions while the
     composition does not.
     """
+    from composer.plan import PORTABLE
+
     return {
         "backends": list(plan.backends),
         "ops": {
