@@ -1,0 +1,253 @@
+"""Running CUDA delegates' compiled .so: the manifest format pinned on CPU, execution on a GPU.
+
+The CPU tests drive ExecuTorch 1.5.1's own writer (backends/cuda/cuda_weight_collector.py)
+and read what it writes, so a change in ExecuTorch's private manifest format fails here with
+a message that says so. The GPU tests compose with the real CUDA backend and run the .so.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.backends.cuda import cuda_weight_collector as writer
+from executorch.exir._serialize._cord import Cord
+from executorch.exir._serialize._named_data_store import NamedDataStore
+from executorch.exir.backend.backend_details import PreprocessResult
+
+import composer
+from composer import aoti_host, zoo
+from composer.aoti_host import ManifestFormatError, parse_manifest
+from composer.compose import _flatten, compare
+from composer.errors import ComposerError
+
+FIXTURE = Path(__file__).parent / "data" / "aoti"
+needs_gpu = pytest.mark.skipif(
+    aoti_host.host_unavailable_reason() is not None,
+    reason=f"needs a CUDA GPU: {aoti_host.host_unavailable_reason()}",
+)
+
+
+def _weights() -> dict[str, torch.Tensor]:
+    base = torch.arange(30, dtype=torch.float32).reshape(5, 6)
+    return {
+        "layer.weight": torch.randn(4, 3),
+        "layer.bias": torch.randn(4).to(torch.bfloat16),
+        "view.of_a_storage": base[1:, 2:].t(),  # offset and strides of a shared storage
+        "steps": torch.tensor([1, 2, 3], dtype=torch.int64),
+        "_tensor_constant0": torch.tensor([True, False]),  # AOTI-local: keyed by the .so
+    }
+
+
+def _written_by_executorch(tmp_path, weights, device_type=writer.AOTI_DEVICE_TYPE_CPU):
+    """What CudaBackend.preprocess returns for a delegate with ``weights``, built by
+    ExecuTorch's own collector exactly as AotiBackend.preprocess and CudaBackend drive it."""
+    collector = writer.CudaWeightCollector()
+    artifact = collector.materialize(
+        {fqn: (tensor, None) for fqn, tensor in weights.items()},
+        str(tmp_path),
+        lambda tensor: device_type,
+    )
+    so_data = b"\x7fELF not really a shared object"
+    so_key = hashlib.sha256(so_data).hexdigest() + "_so_blob"
+    store = NamedDataStore()
+    store.add_named_data(so_key, so_data, 1, None)
+    weights_key = hashlib.sha256(b"").hexdigest() + "_weights_blob"
+    store.add_named_data(weights_key, b"", 1, "aoti_cuda_blob")
+    result = PreprocessResult(
+        processed_bytes=f"{so_key}\n{weights_key}".encode(),
+        debug_handle_map={},
+        data_store_output=store.get_named_data_store_output(),
+    )
+    collector.add_preprocess_result(result, artifact, "cuda")
+    collector.finish()
+    output = result.data_store_output
+    entries = dict(output.pte_data)
+    for external in output.external_data.values():
+        entries.update(external)
+    data = {key: bytes(Cord(output.buffers[entry.buffer_index])) for key, entry in entries.items()}
+    return result.processed_bytes, data, so_key
+
+
+def test_executorch_still_writes_the_manifest_version_composer_reads():
+    assert writer.CUDA_WEIGHT_CACHE_MAGIC == aoti_host.MANIFEST_MAGIC, (
+        f"ExecuTorch's CUDA manifest is now {writer.CUDA_WEIGHT_CACHE_MAGIC!r}; composer reads "
+        f"{aoti_host.MANIFEST_MAGIC!r}. Update composer/aoti_host.py:parse_manifest."
+    )
+
+
+def test_manifest_written_by_executorch_reads_back_every_field(tmp_path):
+    weights = _weights()
+    manifest_bytes, data, so_key = _written_by_executorch(tmp_path, weights)
+    manifest = parse_manifest(manifest_bytes)
+    assert manifest.so_blob_key == so_key
+    assert [entry.fqn for entry in manifest.entries] == list(weights)
+    for entry in manifest.entries:
+        tensor = weights[entry.fqn]
+        assert entry.dtype == tensor.dtype
+        assert entry.device == "cpu"
+        assert (entry.sizes, entry.strides) == (tuple(tensor.shape), tensor.stride())
+        assert entry.storage_offset == tensor.storage_offset()
+        assert entry.storage_nbytes == tensor.untyped_storage().nbytes()
+        rebuilt = aoti_host.weight_tensor(entry, data[entry.storage_key])
+        assert torch.equal(rebuilt, tensor), entry.fqn
+    keys = {entry.fqn: entry.storage_key for entry in manifest.entries}
+    assert keys["layer.weight"] == "cuda_fqn_weight:cpu:layer.weight"
+    assert keys["_tensor_constant0"] == f"cuda_fqn_weight:cpu:{so_key}:_tensor_constant0"
+    assert aoti_host.missing_weights(manifest, data) == []
+
+
+def test_cuda_placed_weights_are_marked_for_the_gpu(tmp_path):
+    manifest_bytes, _data, _key = _written_by_executorch(
+        tmp_path, {"w": torch.ones(2)}, writer.AOTI_DEVICE_TYPE_CUDA
+    )
+    (entry,) = parse_manifest(manifest_bytes).entries
+    assert (entry.device, entry.storage_key) == ("cuda", "cuda_fqn_weight:cuda:w")
+
+
+def test_missing_or_resized_weights_are_named(tmp_path):
+    manifest_bytes, data, so_key = _written_by_executorch(tmp_path, _weights())
+    manifest = parse_manifest(manifest_bytes)
+    del data["cuda_fqn_weight:cpu:layer.bias"]
+    data["cuda_fqn_weight:cpu:steps"] = data["cuda_fqn_weight:cpu:steps"][:-8]
+    del data[so_key]
+    assert aoti_host.missing_weights(manifest, data) == [
+        f"{so_key}: no .so",
+        "cuda_fqn_weight:cpu:layer.bias: not in the named data",
+        "cuda_fqn_weight:cpu:steps: 16 bytes, manifest says 24",
+    ]
+
+
+@pytest.mark.parametrize(
+    "change, expected, found",
+    [
+        (lambda b: b"ETCUDAFQN4" + b[10:], "the magic b'ETCUDAFQN3'", "b'ETCUDAFQN4"),
+        (lambda b: b[:-4], "the strides of '_tensor_constant0' (8 bytes)", "only 4 bytes left"),
+        (lambda b: b + b"\0", "the end of the manifest", "1 more bytes"),
+        (lambda b: b"so_key\nweights_key", "the magic", "b'so_key"),  # the pre-FQN payload
+    ],
+    ids=["new-version", "truncated", "trailing-bytes", "old-key-list"],
+)
+def test_a_changed_manifest_fails_saying_the_format_changed(tmp_path, change, expected, found):
+    manifest_bytes, _data, _key = _written_by_executorch(tmp_path, _weights())
+    with pytest.raises(ManifestFormatError) as raised:
+        parse_manifest(change(manifest_bytes))
+    message = str(raised.value)
+    assert "ExecuTorch's private CudaBackend manifest format changed" in message
+    assert f"expected {expected}" in message and found in message
+    assert isinstance(raised.value, ComposerError)
+
+
+def test_unknown_dtype_code_is_a_format_change():
+    entry = b"".join(
+        [struct.pack("<I", 1), b"w", struct.pack("<I", 3), b"key"]
+        + [struct.pack("<QiiqI", 4, 7, 1, 0, 1), struct.pack("<q", 1), struct.pack("<q", 1)]
+    )
+    manifest = aoti_host.MANIFEST_MAGIC + struct.pack("<I", 2) + b"so" + struct.pack("<I", 1)
+    with pytest.raises(ManifestFormatError, match="dtype code"):
+        parse_manifest(manifest + entry)  # 7 (double) is not in ExecuTorch 1.5.1's reader
+
+
+def test_manifest_and_ptd_of_a_real_cuda_program():
+    """What composer wrote for zoo:mlp with the real CUDA backend on a GPU (tests/data/aoti/
+    README.md), read on any machine: the manifest names the weights the .ptd holds."""
+    manifest = parse_manifest((FIXTURE / "mlp_cuda.manifest").read_bytes())
+    data = aoti_host.ptd_named_data((FIXTURE / "mlp_cuda.ptd").read_bytes())
+    shapes = {name: tuple(p.shape) for name, p in zoo.load("mlp")[0].named_parameters()}
+    # AOTInductor kept fc3.bias (8 floats) inside the .so: not every parameter is in the .ptd.
+    assert [entry.fqn for entry in manifest.entries] == [
+        "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight"
+    ]  # fmt: skip
+    for entry in manifest.entries:
+        assert entry.sizes == shapes[entry.fqn]
+        assert (entry.device, entry.dtype) == ("cuda", torch.float32)
+        assert entry.storage_key == f"cuda_fqn_weight:cuda:{entry.fqn}"
+    assert set(data) == {entry.storage_key for entry in manifest.entries}
+    data[manifest.so_blob_key] = b"the .so lives in the .pte"
+    assert aoti_host.missing_weights(manifest, data) == []
+
+
+@pytest.mark.skipif(aoti_host.host_unavailable_reason() is None, reason="a GPU is here")
+def test_without_a_gpu_hosting_says_why():
+    reason = aoti_host.host_unavailable_reason()
+    assert "CUDA" in reason
+    model, inputs = zoo.load("mlp")
+    composition = composer.compose(model, ["xnnpack"], inputs)
+    with pytest.raises(ComposerError, match="cannot run the compiled CUDA delegates here"):
+        aoti_host.aoti_hosted(composition)
+
+
+# ---- on a GPU ------------------------------------------------------------------------------
+
+_compositions: dict[tuple, composer.Composition] = {}
+
+
+def _composed(model_name: str, stack: tuple[str, ...]):
+    if (model_name, stack) not in _compositions:
+        model, inputs = zoo.load(model_name)
+        _compositions[model_name, stack] = composer.compose(model, list(stack), inputs)
+    return _compositions[model_name, stack]
+
+
+@pytest.mark.parametrize("host", ["cpu", "cuda"])
+@pytest.mark.parametrize(
+    "model_name, stack",
+    [
+        ("mlp", ("cuda",)),
+        ("transformer_block", ("cuda",)),
+        ("transformer_block", ("xnnpack", "cuda")),
+        ("llama_block", ("xnnpack", "cuda")),
+    ],
+    ids=lambda value: ",".join(value) if isinstance(value, tuple) else value,
+)
+@pytest.mark.gpu
+@needs_gpu
+def test_compiled_delegates_match_eager(model_name, stack, host):
+    composition = _composed(model_name, stack)
+    hosted = aoti_host.aoti_hosted(composition, host=host)
+    compiled = [m for m in hosted.modules() if isinstance(m, aoti_host.CompiledCudaDelegate)]
+    assert len(compiled) == len(composition.plan.partitions_of("cuda")) > 0
+    delegate_calls = [n for n in hosted.graph.nodes if aoti_host._is_delegate_call(n)]
+    assert all(
+        getattr(hosted, n.args[0].target).backend_id != "CudaBackend" for n in delegate_calls
+    )
+    inputs = composition.example_inputs
+    with torch.no_grad():
+        expected = composition.eager(*inputs)
+        actual = hosted(*[t.to(host) for t in inputs])
+    assert all(t.device.type == host for t in _flatten(actual))
+    ok, worst = compare([t.cpu() for t in _flatten(actual)], expected)
+    assert ok, f"max |.so - eager| = {worst}"
+    assert aoti_host.weights_check(composition.buffer, composition.data_files) == [
+        [] for _ in compiled
+    ]
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_weights_come_from_the_ptd():
+    """Zero every weight the manifest binds from the .ptd: the .so then computes what eager
+    computes with those parameters zeroed, not what the trained model computes."""
+    composition = _composed("mlp", ("cuda",))
+    (manifest,) = aoti_host.cuda_manifests(composition.buffer)
+    data = aoti_host.named_data(composition.buffer, composition.data_files)
+    zeroed = {
+        key: bytes(len(value)) if key.startswith("cuda_fqn_weight:") else value
+        for key, value in data.items()
+    }
+    module = aoti_host.CompiledCudaDelegate(manifest, zeroed, "cpu", single_output=True)
+    inputs = composition.example_inputs
+    eager = copy.deepcopy(composition.eager)
+    with torch.no_grad():
+        for name, parameter in eager.named_parameters():
+            if name in {entry.fqn for entry in manifest.entries}:
+                parameter.zero_()
+        ok, worst = compare(module(*inputs), eager(*inputs))
+        assert ok, f"max |.so with zeroed .ptd - eager with zeroed weights| = {worst}"
+        assert not compare(module(*inputs), composition.eager(*inputs))[0]
+    with pytest.raises(ComposerError, match="data is incomplete"):
+        aoti_host.CompiledCudaDelegate(manifest, {}, "cpu", single_output=False)
