@@ -8,11 +8,31 @@ DEVICES = ("cpu", "cuda", "mps")
 
 
 @attrs.frozen
+class Tolerance:
+    """How far a backend's results may be from eager's: ``|got - want| <= atol + rtol*|want|``.
+
+    ``reason`` says why the backend needs more than the default (``"computes in bf16"``); it is
+    shown in the plan and the report beside the numbers.
+    """
+
+    atol: float = attrs.field(converter=float, validator=attrs.validators.ge(0))
+    rtol: float = attrs.field(converter=float, validator=attrs.validators.ge(0))
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"atol": self.atol, "rtol": self.rtol, "reason": self.reason}
+
+
+@attrs.frozen
 class BackendSpec:
     """A backend a plugin provides.
 
     ``name`` is what users write in a priority list (``"xnnpack"``); ``backend_id`` is the
     ExecuTorch ``BackendDetails`` class name that lowers it (``"XnnpackBackend"``).
+    ``tolerance`` loosens verification for programs this backend takes part in (``None``:
+    the default for the output's dtype). ``library`` names the library and version that
+    compile its delegates (``"openvino 2025.4.1"``); composer records it in the plan, the
+    report and the program, so a runtime with another version can say so.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
@@ -22,3 +42,7 @@ class BackendSpec:
         default=1, validator=[attrs.validators.instance_of(int), attrs.validators.ge(1)]
     )
     description: str = ""
+    tolerance: Tolerance | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Tolerance))
+    )
+    library: str = ""

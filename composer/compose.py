@@ -14,6 +14,7 @@ from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch.export import ExportedProgram
 
 from composer.atomic import write_all
+from composer.backend_spec import Tolerance
 from composer.errors import BackendListError, ComposerError, ModelError
 from composer.plan import Plan
 from composer.registry import Registry, default_registry
@@ -122,7 +123,19 @@ def plan(
     # Plan mode compiles nothing: every backend lowers to the stand-in.
     all_stand_ins = {backend.name for backend in resolved}
     _edge, result = lower_stack(program, resolved, registry, all_stand_ins, settings)
-    return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
+    return attrs.evolve(
+        _with_backend_facts(result, resolved),
+        stand_ins=tuple(b.name for b in resolved if b.name in unavailable),
+    )
+
+
+def _with_backend_facts(plan: Plan, resolved) -> Plan:
+    """The plan with what each backend declared about tolerances and its compiler library."""
+    return attrs.evolve(
+        plan,
+        tolerances={b.name: b.spec.tolerance for b in resolved if b.spec.tolerance is not None},
+        libraries={b.name: b.spec.library for b in resolved if b.spec.library},
+    )
 
 
 def compose(
@@ -150,6 +163,7 @@ def compose(
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
     program = export_model(model, example_inputs)
     edge, result = lower_stack(program, resolved, registry, stand_ins, settings)
+    result = _with_backend_facts(result, resolved)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
     try:
@@ -183,11 +197,16 @@ class Verification:
     max_abs_error: float
     ok: bool
     reason: str  # why this executor was chosen
+    tolerance: Tolerance | None = None  # a backend's, when looser than the dtype's default
 
     def __str__(self) -> str:
         verdict = "OK" if self.ok else "MISMATCH"
+        within = ""
+        if self.tolerance is not None:
+            within = f", within atol {self.tolerance.atol:g} rtol {self.tolerance.rtol:g}"
+            within += f" ({self.tolerance.reason})" if self.tolerance.reason else ""
         return (
-            f"{verdict}: max |composed - eager| = {self.max_abs_error:.3g} "
+            f"{verdict}: max |composed - eager| = {self.max_abs_error:.3g}{within} "
             f"({self.executor}; {self.reason})"
         )
 
@@ -265,12 +284,13 @@ class Composition:
         else:
             actual = copy.deepcopy(self.reference)(*inputs)
             executor = "python reference"
-        ok, worst = compare(actual, expected)
-        return Verification(executor, worst, ok, reason)
+        tolerance = self.plan.tolerance()
+        ok, worst = compare(actual, expected, tolerance)
+        return Verification(executor, worst, ok, reason, tolerance)
 
 
-def compare(actual, expected) -> tuple[bool, float]:
-    """(all close within the dtype's tolerance, largest absolute difference)."""
+def compare(actual, expected, tolerance: Tolerance | None = None) -> tuple[bool, float]:
+    """(all close within the dtype's tolerance or a looser backend's, largest difference)."""
     actual, expected = _flatten(actual), _flatten(expected)
     if len(actual) != len(expected):
         return False, float("inf")
@@ -280,6 +300,8 @@ def compare(actual, expected) -> tuple[bool, float]:
             return False, float("inf")
         got = got.to(want.dtype)
         atol, rtol = default_tolerance(want.dtype)
+        if tolerance is not None and want.dtype.is_floating_point:
+            atol, rtol = max(atol, tolerance.atol), max(rtol, tolerance.rtol)
         if want.numel():
             worst = max(worst, (got.double() - want.double()).abs().max().item())
         ok = ok and torch.allclose(got, want, atol=atol, rtol=rtol)

@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 
+from composer.backend_spec import Tolerance
+
 PORTABLE = "portable"
 
 
@@ -61,6 +63,9 @@ class Plan:
     duplicated_constant_bytes: int
     stand_ins: tuple[str, ...] = ()  # backends planned with a stand-in (cannot lower here)
     edges: tuple[tuple[str, str], ...] = ()  # data edges between the nodes, for pictures
+    # backends whose results may differ from eager's by more than the dtype's default
+    tolerances: dict[str, Tolerance] = attrs.field(factory=dict)
+    libraries: dict[str, str] = attrs.field(factory=dict)  # backend -> "openvino 2025.4.1"
     # node -> what each backend, in order, answered when offered it (not in to_json)
     decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
 
@@ -80,10 +85,25 @@ class Plan:
     def partitions_of(self, backend: str) -> list[Partition]:
         return [p for p in self.partitions if p.backend == backend]
 
+    def tolerance(self) -> Tolerance | None:
+        """The loosest tolerance among the backends that took a node (``None``: the default)."""
+        used = [t for b, t in self.tolerances.items() if self.nodes_on(b)]
+        if not used:
+            return None
+        loosest = max(used, key=lambda t: (t.atol, t.rtol))
+        reasons = "; ".join(
+            f"{b}: {t.reason}" for b, t in self.tolerances.items() if t in used and t.reason
+        )
+        return Tolerance(
+            max(t.atol for t in used), max(t.rtol for t in used), reasons or loosest.reason
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "backends": list(self.backends),
             "stand_ins": list(self.stand_ins),
+            "libraries": dict(self.libraries),
+            "tolerances": {b: t.to_dict() for b, t in self.tolerances.items()},
             "summary": {
                 backend: {
                     "nodes": len(self.nodes_on(backend)),
@@ -132,6 +152,14 @@ class Plan:
             f"delegate calls: {self.delegate_calls}   device crossings: {self.crossings}   "
             f"duplicated constant bytes: {self.duplicated_constant_bytes}"
         )
+        for backend, tolerance in self.tolerances.items():
+            lines.append(
+                f"tolerance {backend}: atol {tolerance.atol:g}, rtol {tolerance.rtol:g}"
+                + (f" ({tolerance.reason})" if tolerance.reason else "")
+            )
+        if self.libraries:
+            lines.append("compiled with: " + ", ".join(
+                f"{b}: {lib}" for b, lib in self.libraries.items()))  # fmt: skip
         for fallback in self.fallbacks:
             why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
             lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")

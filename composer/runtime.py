@@ -1,36 +1,226 @@
-"""Running a .pte in ExecuTorch's Python runtime."""
+"""Running a .pte in ExecuTorch's Python runtime, with errors a user can act on."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
 
 import torch
 
 from composer.errors import ComposerError
 
+# ExecuTorch's ScalarType codes, as MethodMeta reports an input's dtype.
+_SCALAR_TYPES = {
+    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
+    5: torch.float16, 6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
+}  # fmt: skip
+LIBRARY_SPEC_KEY = "composer.library"
+
+
+class NativeLog:
+    """Captures what C++ code writes to file descriptor 2 while the block runs.
+
+    The runtime logs CPU probing and backend loading on every load, and the reason for a
+    failure only there: kept out of a user's terminal, and put into the error message instead.
+    ``COMPOSER_NATIVE_LOG=1`` lets it through.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[NativeLog]:
+        if os.environ.get("COMPOSER_NATIVE_LOG") == "1":
+            yield self
+            return
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield self
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                sink.seek(0)
+                self.text = sink.read().decode(errors="replace")
+
+    def reasons(self) -> str:
+        """The log lines that say what went wrong (errors and warnings), one line."""
+        lines = [line.strip() for line in self.text.splitlines() if line.strip()]
+        wanted = [ln for ln in lines if "cpuinfo" not in ln and "loaded successfully" not in ln]
+        return " | ".join(wanted[-3:])
+
 
 def registered_backends() -> set[str]:
     from executorch.runtime import Runtime
 
-    return set(Runtime.get().backend_registry.registered_backend_names)
+    with NativeLog().capture():
+        return set(Runtime.get().backend_registry.registered_backend_names)
+
+
+def program_libraries(program: bytes) -> dict[str, str]:
+    """The library each delegate's backend was compiled with, as composer recorded it."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    found: dict[str, str] = {}
+    for plan in deserialize_pte_binary(program).program.execution_plan:
+        for delegate in plan.delegates:
+            for spec in delegate.compile_specs:
+                if spec.key == LIBRARY_SPEC_KEY:
+                    found[delegate.id] = bytes(spec.value).decode()
+    return found
+
+
+def installed_libraries() -> dict[str, str]:
+    """The library each installed backend compiles with here, by ExecuTorch backend id."""
+    from composer.registry import default_registry
+
+    return {
+        backend.spec.backend_id: backend.spec.library
+        for backend in default_registry().backends.values()
+        if backend.spec.library
+    }
+
+
+def library_mismatches(program: bytes) -> list[str]:
+    """ "lowered with openvino X, this runtime has openvino Y" for each backend that differs."""
+    here = installed_libraries()
+    lines = []
+    for backend_id, lowered in sorted(program_libraries(program).items()):
+        name = lowered.split()[0]
+        current = here.get(backend_id, f"no {name}")
+        if current != lowered:
+            lines.append(
+                f"{backend_id} delegates were lowered with {lowered}, this runtime has {current}"
+            )
+    return lines
+
+
+class LoadedProgram:
+    """A program and one method loaded in the runtime; keeps the bytes alive while it lives."""
+
+    def __init__(self, program: bytes, method: str = "forward", *, etdump: bool = False) -> None:
+        from executorch.runtime import Runtime
+
+        self.buffer = program
+        self.method_name = method
+        log = NativeLog()
+        try:
+            with log.capture():
+                runtime = Runtime.get()
+                self.program = runtime.load_program(
+                    program, enable_etdump=etdump, debug_buffer_size=1 << 20 if etdump else 0
+                )
+        except Exception as error:
+            raise ComposerError(
+                f"the ExecuTorch runtime cannot load this program: {error}" + _because(log)
+            ) from error
+        try:
+            with log.capture():
+                self.method = self.program.load_method(method)
+        except Exception as error:
+            mismatches = library_mismatches(program)
+            if mismatches:
+                raise ComposerError(
+                    f"cannot load method {method!r}: {'; '.join(mismatches)}. A compiled blob "
+                    "only loads under the version that compiled it: lower the model again here, "
+                    "or install the version it was lowered with."
+                ) from error
+            raise ComposerError(
+                f"the ExecuTorch runtime cannot load method {method!r}: {error}{_because(log)}. "
+                "A delegate whose backend this runtime lacks fails here; it has: "
+                f"{', '.join(sorted(registered_backends()))}."
+            ) from error
+
+    def check_inputs(self, inputs: Sequence[object]) -> None:
+        """Raise a ComposerError naming the first input that does not fit the method."""
+        meta = self.method.metadata
+        if len(inputs) != meta.num_inputs():
+            raise ComposerError(
+                f"method {self.method_name!r} takes {meta.num_inputs()} input(s), got "
+                f"{len(inputs)}: {_describe(meta)}."
+            )
+        for index, value in enumerate(inputs):
+            info = meta.input_tensor_meta(index)
+            want_shape = tuple(info.sizes())
+            want_dtype = _SCALAR_TYPES.get(info.dtype())
+            if not isinstance(value, torch.Tensor):
+                raise ComposerError(
+                    f"input {index} must be a tensor of shape {list(want_shape)}, got "
+                    f"{type(value).__name__}."
+                )
+            if tuple(value.shape) != want_shape or (want_dtype and value.dtype != want_dtype):
+                raise ComposerError(
+                    f"input {index} has shape {list(value.shape)} "
+                    f"{str(value.dtype).removeprefix('torch.')}; the program was exported for "
+                    f"{_describe(meta)}."
+                )
+
+    def run(self, inputs: Sequence[object]) -> list:
+        """Execute the method once; failures become a ComposerError with the runtime's reason."""
+        log = NativeLog()
+        try:
+            with log.capture():
+                return list(self.method.execute(list(inputs)))
+        except Exception as error:
+            raise ComposerError(
+                f"running {self.method_name!r} failed: {error}{_because(log)}"
+            ) from error
+
+
+def _describe(meta) -> str:
+    parts = []
+    for index in range(meta.num_inputs()):
+        info = meta.input_tensor_meta(index)
+        dtype = _SCALAR_TYPES.get(info.dtype())
+        name = str(dtype).removeprefix("torch.") if dtype else f"dtype {info.dtype()}"
+        parts.append(f"{list(info.sizes())} {name}")
+    return ", ".join(parts) or "no inputs"
+
+
+def _because(log: NativeLog) -> str:
+    reasons = log.reasons()
+    return f" (runtime log: {reasons})" if reasons else ""
 
 
 def run_program(program: bytes, inputs: Sequence[torch.Tensor], method: str = "forward") -> list:
     """Load ``program`` and run ``method`` on ``inputs``; failures become ComposerError."""
-    from executorch.runtime import Runtime
+    loaded = LoadedProgram(program, method)
+    loaded.check_inputs(inputs)
+    return loaded.run(inputs)
 
-    try:
-        loaded = Runtime.get().load_program(program)
-    except Exception as error:
-        raise ComposerError(f"the ExecuTorch runtime cannot load this program: {error}") from error
-    try:
-        runnable = loaded.load_method(method)
-    except Exception as error:
-        raise ComposerError(
-            f"the ExecuTorch runtime cannot load method {method!r}: {error}. A delegate whose "
-            f"backend this runtime lacks fails here; it has: {', '.join(sorted(registered_backends()))}."
-        ) from error
-    try:
-        return list(runnable.execute(list(inputs)))
-    except Exception as error:
-        raise ComposerError(f"running {method!r} failed: {error}") from error
+
+def installed_tolerance(program: bytes):
+    """The loosest tolerance that the installed backends of ``program``'s delegates declare."""
+    from composer.backend_spec import Tolerance
+    from composer.registry import default_registry
+    from composer.scheduler.stand_in import STAND_IN_BACKEND_ID
+
+    used = program_backend_ids(program) - {STAND_IN_BACKEND_ID}
+    declared = [
+        b.spec.tolerance
+        for b in default_registry().backends.values()
+        if b.spec.backend_id in used and b.spec.tolerance is not None
+    ]
+    if not declared:
+        return None
+    return Tolerance(
+        max(t.atol for t in declared),
+        max(t.rtol for t in declared),
+        "; ".join(t.reason for t in declared if t.reason),
+    )
+
+
+def program_backend_ids(program: bytes) -> set[str]:
+    """The ExecuTorch backend ids of ``program``'s delegates."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    return {
+        delegate.id
+        for plan in deserialize_pte_binary(program).program.execution_plan
+        for delegate in plan.delegates
+    }

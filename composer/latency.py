@@ -1,0 +1,190 @@
+"""Timing programs the way a benchmark on a noisy machine must: warm, interleaved, by quantile."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+
+@attrs.frozen
+class Latency:
+    """Wall time of one call, over ``runs`` calls after warm-up, in microseconds."""
+
+    median_us: float
+    p90_us: float
+    runs: int
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> Latency:
+        ordered = sorted(seconds)
+        p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+        return cls(statistics.median(ordered) * 1e6, p90 * 1e6, len(ordered))
+
+
+def interleaved(
+    candidates: Mapping[str, Callable[[], object]], runs: int, warmup: int = 5
+) -> dict[str, Latency]:
+    """Time every candidate ``runs`` times, one call of each in turn, after ``warmup`` rounds.
+
+    Taking turns spreads the machine's slow moments over all candidates alike, so their
+    ratios hold even when the absolute numbers drift.
+    """
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    for _ in range(warmup):
+        for call in candidates.values():
+            call()
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(runs):
+        for name, call in candidates.items():
+            started = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - started)
+    return {name: Latency.of(samples) for name, samples in times.items()}
+
+
+@attrs.frozen
+class DelegateTime:
+    """One delegate call of a program, as ExecuTorch's event tracer (ETDump) timed it."""
+
+    index: int  # position among the method's delegate calls, in execution order
+    backend_id: str
+    latency: Latency
+
+
+def delegate_times(program: bytes, inputs: Sequence[object], runs: int) -> list[DelegateTime]:
+    """Time each delegate call of ``program`` with ETDump (the pip runtime records it).
+
+    The tracer names delegate calls only ``DELEGATE_CALL``; they come in the order the
+    method's instructions run them, which is how each is matched with its backend.
+    """
+    from executorch.devtools import Inspector
+
+    from composer.runtime import LoadedProgram
+
+    loaded = LoadedProgram(program, etdump=True)
+    for _ in range(runs):
+        loaded.run(inputs)
+    with tempfile.TemporaryDirectory() as folder:
+        etdump = Path(folder) / "run.etdp"
+        loaded.program.write_etdump_result_to_file(str(etdump), str(Path(folder) / "debug.bin"))
+        with warnings.catch_warnings():
+            # Tensor debug data is not what is asked for here; its absence is expected.
+            warnings.simplefilter("ignore", UserWarning)
+            inspector = Inspector(etdump_path=str(etdump))
+    calls = [
+        event
+        for block in inspector.event_blocks
+        if block.name == "Execute"
+        for event in block.events
+        if event.name == "DELEGATE_CALL" and event.perf_data is not None
+    ]
+    backend_ids = delegate_backend_ids(program)
+    if len(calls) != len(backend_ids):
+        return []  # a method with control flow: the order no longer tells which is which
+    return [
+        DelegateTime(i, backend_id, Latency.of([ms / 1e3 for ms in event.perf_data.raw]))
+        for i, (event, backend_id) in enumerate(zip(calls, backend_ids))
+    ]
+
+
+def delegate_backend_ids(program: bytes, method: str = "forward") -> list[str]:
+    """The backend of each delegate call in ``method``'s instructions, in order."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir.schema import DelegateCall
+
+    plan = next(
+        p for p in deserialize_pte_binary(program).program.execution_plan if p.name == method
+    )
+    return [
+        plan.delegates[instruction.instr_args.delegate_index].id
+        for chain in plan.chains
+        for instruction in chain.instructions
+        if isinstance(instruction.instr_args, DelegateCall)
+    ]
+
+
+@attrs.frozen
+class ProgramLatency:
+    """One row of a latency comparison: a program, its delegate calls, its time and error."""
+
+    program: str  # "eager", "xnnpack,openvino", "xnnpack alone"
+    delegate_calls: int | None  # None for eager
+    latency: Latency
+    max_abs_error: float | None = None
+
+
+def compare_with_singles(
+    composition, compose_single: Callable[[str], object], runs: int
+) -> tuple[list[ProgramLatency], list[str]]:
+    """The composed program beside eager and beside each of its backends alone, interleaved.
+
+    ``compose_single(name)`` composes the same model with that one backend. Returns the rows
+    and a note for each program that could not be timed (a backend the runtime lacks).
+    """
+    import copy
+
+    import torch
+
+    from composer.compose import compare
+    from composer.runtime import LoadedProgram
+
+    inputs = composition.example_inputs
+    eager = copy.deepcopy(composition.eager)
+    with torch.no_grad():
+        expected = eager(*inputs)
+    programs = {",".join(composition.plan.backends): composition}
+    notes = []
+    if len(composition.plan.backends) > 1:
+        for name in composition.plan.backends:
+            single = compose_single(name)
+            runnable, why = single.runtime_can_run()
+            if runnable:
+                programs[f"{name} alone"] = single
+            else:
+                notes.append(f"{name} alone: not timed, {why}")
+    loaded, errors, calls = {}, {}, {}
+    for label, program in programs.items():
+        runnable, why = program.runtime_can_run()
+        if not runnable:
+            notes.append(f"{label}: not timed, {why}")
+            continue
+        loaded[label] = LoadedProgram(program.buffer)
+        _ok, errors[label] = compare(loaded[label].run(inputs), expected)
+        calls[label] = program.plan.delegate_calls
+    candidates = {"eager": lambda: eager(*inputs)}
+    candidates.update({label: _runner(program, inputs) for label, program in loaded.items()})
+    with torch.no_grad():
+        timed = interleaved(candidates, runs)
+    rows = [ProgramLatency("eager", None, timed["eager"])]
+    rows += [ProgramLatency(label, calls[label], timed[label], errors[label]) for label in loaded]
+    return rows, notes
+
+
+def _runner(loaded, inputs) -> Callable[[], object]:
+    return lambda: loaded.run(inputs)
+
+
+def latency_table(rows: Sequence[ProgramLatency]) -> str:
+    """A plain-text table of ``rows``, with each program's speed relative to eager."""
+    eager = next((r.latency.median_us for r in rows if r.program == "eager"), None)
+    table = [("program", "delegate calls", "median us", "p90 us", "speed vs eager", "max |err|")]
+    for row in rows:
+        table.append((
+            row.program,
+            "-" if row.delegate_calls is None else str(row.delegate_calls),
+            f"{row.latency.median_us:.1f}",
+            f"{row.latency.p90_us:.1f}",
+            f"{eager / row.latency.median_us:.2f}x" if eager else "-",
+            "-" if row.max_abs_error is None else f"{row.max_abs_error:.3g}",
+        ))  # fmt: skip
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table
+    )

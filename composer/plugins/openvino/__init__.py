@@ -1,0 +1,146 @@
+"""The ``openvino`` backend: ExecuTorch's OpenVINO partitioner and backend (Intel CPU, GPU, NPU).
+
+Its delegates run in the pip ExecuTorch runtime once the ``openvino`` package is installed
+(``pip install 'executorch-composer[openvino]'``, which pins an openvino and nncf pair that
+import together). Option ``device`` (default ``CPU``) names the OpenVINO device.
+
+Two facts of ExecuTorch 1.5.1 shape this plugin:
+
+- an OpenVINO blob only loads under the OpenVINO version that compiled it, so the version is
+  recorded in the plan and in each delegate's compile specs (``composer.library``), where
+  ``composer run`` finds it to explain a failed load;
+- on CPUs with bf16 instructions OpenVINO computes in bf16 and ExecuTorch does not pass a
+  precision hint, so verification uses a bf16 tolerance for programs it takes part in.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from collections.abc import Mapping
+from pathlib import Path
+
+from composer.backend_spec import BackendSpec, Tolerance
+from composer.errors import ComposerError
+from composer.hookspecs import hookimpl
+
+INSTALL = "pip install 'executorch-composer[openvino]'"
+LIBRARY_SPEC_KEY = "composer.library"
+OPTIONS = {"device": "CPU"}
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def _openvino_version() -> str | None:
+    try:
+        return importlib.metadata.version("openvino")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _bf16_flags() -> list[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: no way to tell, assume f32
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])  # fmt: skip
+    return [flag for flag in BF16_FLAGS if flag in flags]
+
+
+def _tolerance() -> Tolerance | None:
+    flags = _bf16_flags()
+    if not flags:
+        return None
+    # torch.testing's bf16 rtol; an absolute term for values near zero after long sums.
+    return Tolerance(
+        atol=1e-2,
+        rtol=1.6e-2,
+        reason=f"OpenVINO computes in bf16 on this CPU ({', '.join(flags)})",
+    )
+
+
+def _spec() -> BackendSpec:
+    version = _openvino_version()
+    return BackendSpec(
+        name="openvino",
+        backend_id="OpenvinoBackend",
+        device="cpu",
+        min_partition_size=1,
+        description="ExecuTorch's OpenVINO delegate (CPU by default); runs in the pip runtime",
+        tolerance=_tolerance(),
+        library=f"openvino {version}" if version else "",
+    )
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+    """Why the OpenVINO backend cannot partition or lower here, or ``None``."""
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return f"the openvino package is not installed ({INSTALL})"
+    try:
+        import executorch.backends.openvino  # noqa: F401 - imports nncf, which must match
+    except Exception as error:  # noqa: BLE001 - any import failure means the same to a user
+        return (
+            f"executorch.backends.openvino does not import ({type(error).__name__}: {error}); "
+            f"install versions that import together: {INSTALL}"
+        )
+    return None
+
+
+def checked_options(options: Mapping[str, str] | None) -> dict[str, str]:
+    """The options with defaults filled in; an unknown name is a ComposerError."""
+    given = dict(options or {})
+    unknown = sorted(set(given) - set(OPTIONS))
+    if unknown:
+        raise ComposerError(
+            f"unknown option {unknown[0]!r} for backend 'openvino'; known: {', '.join(OPTIONS)}."
+        )
+    return {**OPTIONS, **{name: str(value).upper() for name, value in given.items()}}
+
+
+def _require_openvino() -> None:
+    reason = unavailable_reason()
+    if reason is not None:
+        raise ComposerError(f"backend 'openvino' cannot be used: {reason}.")
+
+
+@hookimpl
+def composer_backends():
+    return [_spec()]
+
+
+@hookimpl
+def composer_unavailable_reason(backend):
+    return unavailable_reason()
+
+
+@hookimpl
+def composer_operator_support(backend, program, options):
+    _require_openvino()
+    checked_options(options)
+    from composer.plugins.openvino.support import OpenvinoSupport
+
+    return OpenvinoSupport(program)
+
+
+@hookimpl
+def composer_ops_to_not_decompose(backend, program, options):
+    _require_openvino()
+    from executorch.backends.openvino import OpenvinoPartitioner
+
+    ops, _filter = OpenvinoPartitioner([]).ops_to_not_decompose(program)
+    return list(ops)
+
+
+@hookimpl
+def composer_compile_specs(backend, method_name, options):
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+    checked = checked_options(options)
+    specs = [CompileSpec("device", checked["device"].encode())]
+    library = _spec().library
+    if library:
+        specs.append(CompileSpec(LIBRARY_SPEC_KEY, library.encode()))
+    return specs

@@ -1,0 +1,38 @@
+"""Which edge ops OpenVINO takes: ExecuTorch's own OpenVINO support check, made quiet."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import torch.fx
+from torch.export import ExportedProgram
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+
+class OpenvinoSupport(OperatorSupportBase):
+    """ExecuTorch's ``OpenvinoOperatorsSupport``, with the quantization patterns its partitioner
+    enables, minus the line it prints for every op it declines.
+
+    Going through composer rather than ``OpenvinoPartitioner`` is what makes ``never`` pins
+    and minimum partition sizes apply: the partitioner's ``op_types_to_skip`` is checked only
+    after an op is already found supported, so it skips nothing OpenVINO can take.
+    """
+
+    def __init__(self, program: ExportedProgram) -> None:
+        from executorch.backends.openvino.partitioner import (
+            OpenvinoOperatorsSupport,
+            OpenvinoPartitioner,
+        )
+
+        # The partitioner enables nncf's packed-weight patterns (stack of bitwise ops) by name.
+        finder = OpenvinoPartitioner([])
+        finder.capture_nncf_patterns(program.graph_module)
+        self._support = OpenvinoOperatorsSupport(enabled_ops_by_name=finder._enabled_ops_by_name)
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return bool(self._support.is_node_supported(submodules, node))
+
+    def reason_unsupported(self, node: torch.fx.Node) -> str | None:
+        return "not in OpenVINO's table of supported ops"
