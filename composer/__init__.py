@@ -18,7 +18,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from composer.backend_spec import BackendSpec
+    from composer.backend_spec import BackendSpec, Tolerance
     from composer.compose import Composition, Verification, compose, plan
     from composer.drop_in import guard, partitioner
     from composer.errors import (
@@ -43,6 +43,7 @@ _MODULE_OF = {
     "Plan": "composer.plan",
     "PluginError": "composer.errors",
     "Registry": "composer.registry",
+    "Tolerance": "composer.backend_spec",
     "Verification": "composer.compose",
     "compose": "composer.compose",
     "default_registry": "composer.registry",
@@ -63,6 +64,7 @@ __all__ = [
     "Plan",
     "PluginError",
     "Registry",
+    "Tolerance",
     "Verification",
     "compose",
     "default_registry",
