@@ -349,6 +349,18 @@ table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: 3
 """
 
 
+def _backend_facts(plan: Plan) -> str:
+    """Which library compiled each backend's delegates, and the tolerances verification uses."""
+    items = [f"<li>{_e(b)} compiled with {_e(lib)}</li>" for b, lib in plan.libraries.items()]
+    items += [
+        f"<li>{_e(b)} verified within atol {t.atol:g}, rtol {t.rtol:g}"
+        + (f" ({_e(t.reason)})" if t.reason else "")
+        + "</li>"
+        for b, t in plan.tolerances.items()
+    ]
+    return f'<ul class="facts">{"".join(items)}</ul>' if items else ""
+
+
 def render_html(plan: Plan, title: str = "composer plan") -> str:
     """A complete, offline HTML page picturing ``plan``: the graph by backend, partitions,
     device crossings, per-backend summary and fallbacks."""
@@ -362,6 +374,7 @@ def render_html(plan: Plan, title: str = "composer plan") -> str:
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
             f"<h1>{_e(title)}</h1>",
             f"<p>Backends in priority order: {_e(', '.join(plan.backends))}</p>",
+            _backend_facts(plan),
             (
                 '<p class="totals">'
                 f"<span>delegate calls <b>{plan.delegate_calls}</b></span>"
