@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import unittest
+import warnings
 from unittest import mock
 
 import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from plugins_for_tests import TagEverything, is_delegate_call
 
 import composer
@@ -18,7 +21,10 @@ NO_IR_CHECK = EdgeCompileConfig(_check_ir_validity=False)
 
 
 def lower(model_name, partitioners):
-    model, inputs = zoo.load(model_name)
+    return lower_model(*zoo.load(model_name), partitioners)
+
+
+def lower_model(model, inputs, partitioners):
     program = torch.export.export(model, inputs)
     with torch.no_grad():
         edge = to_edge_transform_and_lower(
@@ -66,10 +72,116 @@ def test_guard_splits_a_non_convex_tag_that_plain_lowering_rejects():
     with pytest.raises(AssertionError, match="dependency cycles"):
         lower("cumsum_mlp", [TagEverything(not_cumsum)])
     with pytest.warns(
-        UserWarning, match=r"composer.guard\(TagEverything\) split tag\(s\) careless"
+        UserWarning,
+        match=r"composer.guard\(TagEverything\) split tag careless into 2 convex parts: "
+        r"as tagged it was not convex \(path .* leaves it and comes back\)",
     ):
         backends = lower("cumsum_mlp", [composer.guard(TagEverything(not_cumsum))])
     assert backends == ["ComposerTestBackend", "ComposerTestBackend"]
+
+
+class TagByOp(Partitioner):
+    """Tags each op whose name contains a key of ``tags`` with that key's tag."""
+
+    def __init__(self, tags: dict[str, str]) -> None:
+        super().__init__()
+        self.tags = tags
+        self.delegation_spec = DelegationSpec("ComposerTestBackend", [])
+
+    def partition(self, exported_program) -> PartitionResult:
+        for node in exported_program.graph_module.graph.nodes:
+            for op, tag in self.tags.items():
+                if node.op == "call_function" and f".{op}." in str(node.target):
+                    node.meta["delegation_tag"] = tag
+        return PartitionResult(
+            exported_program, {t: self.delegation_spec for t in self.tags.values()}
+        )
+
+
+class Apart(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x), torch.tanh(torch.neg(x))
+
+
+class Crossed(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(torch.relu(x)), torch.neg(torch.sigmoid(x))
+
+
+def guard_warnings(record):
+    return [str(w.message) for w in record if "composer.guard" in str(w.message)]
+
+
+def test_guard_keeps_a_convex_tag_of_unconnected_pieces_whole():
+    # relu and tanh share tag "a" and are not connected; neg, tagged "n", feeds tanh.
+    tags = {"relu": "a", "tanh": "a", "neg": "n"}
+    inputs = (torch.randn(3, 4),)
+    plain = lower_model(Apart(), inputs, [TagByOp(tags)])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        guarded = lower_model(Apart(), inputs, [composer.guard(TagByOp(tags))])
+    assert guarded == plain == ["ComposerTestBackend"] * 2
+    assert guard_warnings(record) == []
+
+
+class RecordTags(Partitioner):
+    """Passes ``inner`` through, keeping what it tagged."""
+
+    def __init__(self, inner: Partitioner) -> None:
+        super().__init__()
+        self.inner = inner
+        self.tagged: dict[str, set[torch.fx.Node]] = {}
+
+    def ops_to_not_decompose(self, ep):
+        return self.inner.ops_to_not_decompose(ep)
+
+    def partition(self, exported_program) -> PartitionResult:
+        result = self.inner.partition(exported_program)
+        for node in result.tagged_exported_program.graph_module.graph.nodes:
+            if node.op == "call_function" and node.meta.get("delegation_tag"):
+                self.tagged.setdefault(node.meta["delegation_tag"], set()).add(node)
+        return result
+
+
+def pieces(nodes: set[torch.fx.Node]) -> int:
+    """How many weakly connected pieces ``nodes`` form among themselves."""
+    unseen, count = set(nodes), 0
+    while unseen:
+        count += 1
+        stack = [unseen.pop()]
+        while stack:
+            node = stack.pop()
+            for other in (*node.all_input_nodes, *node.users):
+                if other in unseen:
+                    unseen.remove(other)
+                    stack.append(other)
+    return count
+
+
+def test_guard_keeps_xnnpacks_unconnected_tag_whole_on_a_transformer_block():
+    plain = lower("transformer_block", [XnnpackPartitioner()])
+    recorder = RecordTags(XnnpackPartitioner())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        guarded = lower("transformer_block", [composer.guard(recorder)])
+    # The case this pins: XNNPACK tags one convex set made of unconnected pieces.
+    assert any(pieces(nodes) > 1 for nodes in recorder.tagged.values())
+    assert guarded == plain
+    assert guard_warnings(record) == []
+
+
+def test_guard_splits_one_of_two_convex_tags_that_form_a_cycle():
+    # relu -> tanh and sigmoid -> neg: tag "a" feeds tag "b" and "b" feeds "a".
+    tags = {"relu": "a", "neg": "a", "tanh": "b", "sigmoid": "b"}
+    inputs = (torch.randn(3, 4),)
+    with pytest.raises(AssertionError, match="dependency cycles"):
+        lower_model(Crossed(), inputs, [TagByOp(tags)])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        backends = lower_model(Crossed(), inputs, [composer.guard(TagByOp(tags))])
+    assert backends == ["ComposerTestBackend"] * 3
+    (warning,) = guard_warnings(record)
+    assert re.search(r"split tag [ab] into 2 convex parts: as tagged it formed a cycle", warning)
 
 
 def test_guard_keeps_a_careless_partitioner_off_earlier_delegates():
