@@ -159,16 +159,12 @@ def compare_with_singles(
         _ok, errors[label] = compare(loaded[label].run(inputs), expected)
         calls[label] = program.plan.delegate_calls
     candidates = {"eager": lambda: eager(*inputs)}
-    candidates.update({label: _runner(program, inputs) for label, program in loaded.items()})
+    candidates.update({label: program.timed_call(inputs) for label, program in loaded.items()})
     with torch.no_grad():
         timed = interleaved(candidates, runs)
     rows = [ProgramLatency("eager", None, timed["eager"])]
     rows += [ProgramLatency(label, calls[label], timed[label], errors[label]) for label in loaded]
     return rows, notes
-
-
-def _runner(loaded, inputs) -> Callable[[], object]:
-    return lambda: loaded.run(inputs)
 
 
 def latency_table(rows: Sequence[ProgramLatency]) -> str:
