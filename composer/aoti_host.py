@@ -297,14 +297,19 @@ def retarget_factories(graph_module: torch.fx.GraphModule, device: str) -> None:
 
 
 def _move_program(program, device: str) -> None:
-    for name, value in list(program.state_dict.items()):
+    # LoweredBackendModule.__deepcopy__ shares state_dict and constants with the module it
+    # copies (and ExportedProgram's setters refuse): give the copy its own dicts.
+    state = {}
+    for name, value in program.state_dict.items():
         moved = value.to(device)
         if isinstance(value, torch.nn.Parameter):
             moved = torch.nn.Parameter(moved, requires_grad=False)
-        program.state_dict[name] = moved
-    for name, value in list(program.constants.items()):
-        if isinstance(value, torch.Tensor):
-            program.constants[name] = value.to(device)
+        state[name] = moved
+    program._state_dict = state
+    program._constants = {
+        name: value.to(device) if isinstance(value, torch.Tensor) else value
+        for name, value in program.constants.items()
+    }
 
 
 def reference_on(composition: Composition, device: str) -> torch.fx.GraphModule:
@@ -322,10 +327,11 @@ def reference_on(composition: Composition, device: str) -> torch.fx.GraphModule:
 def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphModule:
     """The composed program with each CudaBackend delegate run as its compiled .so.
 
-    Everything else runs as the Python reference on ``host``: "cpu" (as the .pte does, with
-    copies to and from the GPU around each CUDA delegate; inputs and outputs on the CPU) or
-    "cuda" (all on the GPU: inputs and outputs there). Raises ComposerError when
-    ``host_unavailable_reason()`` is not None.
+    Every other delegate runs the subgraph it was made from, as in the Python reference, and
+    the rest of the program runs on ``host``: "cpu" (as the .pte does, with copies to and from
+    the GPU around each CUDA delegate; inputs and outputs on the CPU) or "cuda" (all on the
+    GPU; inputs and outputs there). Raises ComposerError where host_unavailable_reason() says
+    why it cannot run.
     """
     reason = host_unavailable_reason()
     if reason is not None:
@@ -344,17 +350,20 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
             continue
         lowered_node = node.args[0]
         lowered = getattr(module, lowered_node.target)
-        if lowered.backend_id != CUDA_BACKEND_ID:
-            continue
-        single = any(user.target is not operator.getitem for user in node.users)
-        name = f"{lowered_node.target}_compiled"
-        module.add_submodule(
-            name, CompiledCudaDelegate(parse_manifest(lowered.processed_bytes), data, host, single)
-        )
+        if lowered.backend_id == CUDA_BACKEND_ID:
+            single = any(user.target is not operator.getitem for user in node.users)
+            manifest = parse_manifest(lowered.processed_bytes)
+            name = f"{lowered_node.target}_compiled"
+            replacement = CompiledCudaDelegate(manifest, data, host, single)
+        else:
+            # What executorch_call_delegate runs in Python, unlifted once instead of per call.
+            name = f"{lowered_node.target}_subgraph"
+            replacement = lowered.original_module.module()
+        module.add_submodule(name, replacement)
         with graph.inserting_before(node):
-            compiled = graph.call_module(name, tuple(node.args[1:]))
-        compiled.meta = dict(node.meta)
-        node.replace_all_uses_with(compiled)
+            call = graph.call_module(name, tuple(node.args[1:]))
+        call.meta = dict(node.meta)
+        node.replace_all_uses_with(call)
         graph.erase_node(node)
         if not lowered_node.users:
             graph.erase_node(lowered_node)
