@@ -19,3 +19,7 @@ class ModelError(ComposerError):
 
 class PartitionError(ComposerError):
     """A partition is not convex, or the stacked program would contain a cycle."""
+
+
+class ComposerWarning(UserWarning):
+    """Something composer worked around (a plugin skipped, a tag removed); it says what."""

@@ -12,7 +12,7 @@ import pluggy
 
 from composer import hookspecs
 from composer.backend_spec import BackendSpec
-from composer.errors import BackendListError, PluginError
+from composer.errors import BackendListError, ComposerError, ComposerWarning, PluginError
 
 ENTRY_POINT_GROUP = "composer"
 OWN_DISTRIBUTION = "executorch-composer"
@@ -83,48 +83,69 @@ class Registry:
             try:
                 plugin = entry_point.load()
             except Exception as error:  # noqa: BLE001 - a broken plugin must not stop the others
-                message = f"{type(error).__name__}: {error}"
-                registry.failed.append(FailedPlugin(info.name, info.distribution, message))
-                warnings.warn(
-                    f"composer plugin {info.name!r} (from {info.distribution}) failed to import "
-                    f"and was skipped: {message}",
-                    stacklevel=2,
-                )
+                registry._skip(info, "failed to import", f"{type(error).__name__}: {error}")
                 continue
             registry.add_plugin(plugin, info)
         return registry
 
     def add_plugin(self, plugin: Any, info: PluginInfo) -> None:
-        """Register ``plugin`` and the backends it declares."""
-        self.plugin_manager.register(plugin, name=info.name)
-        hook = self.plugin_manager.subset_hook_caller(
-            "composer_backends",
-            remove_plugins=[p for p in self.plugin_manager.get_plugins() if p is not plugin],
-        )
+        """Register ``plugin`` and the backends it declares; skip it if it breaks the contract.
+
+        A plugin whose ``composer_backends`` raises or returns something else than a list of
+        ``BackendSpec`` is left out with a warning, as one that fails to import is: a stack
+        that does not name it must keep working.
+        """
         try:
-            declared = hook()
-        except Exception as error:
-            self.plugin_manager.unregister(plugin)
-            raise PluginError(
-                f"plugin {info.name!r} ({info.distribution}) raised in composer_backends: "
-                f"{type(error).__name__}: {error}. Fix or uninstall the plugin."
-            ) from error
-        for spec in (s for result in declared for s in (result or [])):
-            if not isinstance(spec, BackendSpec):
-                raise PluginError(
-                    f"plugin {info.name!r} ({info.distribution}) returned {spec!r} from "
-                    "composer_backends; it must return a list of composer.BackendSpec."
-                )
+            specs = self._declared_backends(plugin, info)
+        except PluginError as error:
+            self._skip(info, "was skipped", str(error))
+            return
+        for spec in specs:
             existing = self._backends.get(spec.name)
             if existing is not None:
                 warnings.warn(
                     f"backend {spec.name!r} is declared by plugin {existing.origin.name!r} "
                     f"({existing.origin.distribution}) and by plugin {info.name!r} "
                     f"({info.distribution}); keeping the first ({existing.origin.name!r}).",
+                    ComposerWarning,
                     stacklevel=2,
                 )
                 continue
             self._backends[spec.name] = Backend(spec, plugin, info)
+
+    def _declared_backends(self, plugin: Any, info: PluginInfo) -> list[BackendSpec]:
+        self.plugin_manager.register(plugin, name=info.name)
+        hook = self.plugin_manager.subset_hook_caller(
+            "composer_backends",
+            remove_plugins=[p for p in self.plugin_manager.get_plugins() if p is not plugin],
+        )
+        try:
+            try:
+                (declared,) = hook() or [None]
+            except Exception as error:
+                raise PluginError(
+                    f"its composer_backends raised {type(error).__name__}: {error}"
+                ) from error
+            if not isinstance(declared, list | tuple) or not all(
+                isinstance(spec, BackendSpec) for spec in declared
+            ):
+                raise PluginError(
+                    f"its composer_backends returned {_short_repr(declared)}; it must return a "
+                    "list of composer.BackendSpec"
+                )
+        except PluginError:
+            self.plugin_manager.unregister(plugin)
+            raise
+        return list(declared)
+
+    def _skip(self, info: PluginInfo, what: str, why: str) -> None:
+        self.failed.append(FailedPlugin(info.name, info.distribution, why))
+        warnings.warn(
+            f"composer plugin {info.name!r} (from {info.distribution}) {what}: {why}. "
+            "Fix or uninstall it; the other backends work.",
+            ComposerWarning,
+            stacklevel=3,
+        )
 
     @property
     def backends(self) -> dict[str, Backend]:
@@ -150,7 +171,7 @@ class Registry:
             seen.add(name)
             if name not in self._backends:
                 broken = [f.name for f in self.failed if f.name == name]
-                hint = " (its plugin failed to import; see the warning)" if broken else ""
+                hint = " (its plugin failed to load; see the warning)" if broken else ""
                 raise BackendListError(
                     f"unknown backend {name!r}{hint}. Known backends: {self._known()}."
                 )
@@ -166,6 +187,8 @@ class Registry:
         hook = self.plugin_manager.subset_hook_caller(hook_name, remove_plugins=others)
         try:
             return hook(backend=backend.spec, **kwargs)
+        except ComposerError:
+            raise  # the plugin's own message for the user (a bad option value), as it wrote it
         except Exception as error:
             raise PluginError(
                 f"plugin {backend.origin.name!r} ({backend.origin.distribution}) raised in "
@@ -180,6 +203,11 @@ class Registry:
                 "composer_unavailable_reason; it must return a string or None."
             )
         return reason
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 _default: Registry | None = None

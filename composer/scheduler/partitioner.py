@@ -10,12 +10,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import attrs
 import torch
 import torch.fx
+from executorch.exir.backend.backend_details import BackendDetails
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from torch.export import ExportedProgram
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.errors import PartitionError, PluginError
+from composer.errors import ComposerWarning, PartitionError, PluginError
 from composer.op_names import op_name
 from composer.registry import Backend, Registry
 from composer.scheduler.convex import partition_by_support
@@ -40,6 +41,16 @@ class PartitionRecord:
     edges: list[tuple[str, str]]  # data edges between the ops this backend was shown
 
 
+@attrs.frozen
+class Support:
+    """What one backend says it can take in one program, and why it declines the rest."""
+
+    takes: Callable[[torch.fx.Node], bool]
+    why_not: Callable[[torch.fx.Node], str]
+    compile_specs: list[CompileSpec]  # those of the plugin's native partitioner, if any
+    wanted_constants: set[torch.fx.Node]  # constants its native partitioner tagged
+
+
 def compute_edges(graph: torch.fx.Graph, skip: set[torch.fx.Node]) -> list[tuple[str, str]]:
     """Data edges between ops, a ``getitem`` folded into the op it reads."""
 
@@ -62,20 +73,19 @@ def _clear_tags(graph: torch.fx.Graph) -> None:
         node.meta.pop(TAG, None)
 
 
-def _partitioners_before(partitioner: Partitioner) -> list[Partitioner]:
-    """The partitioners listed before ``partitioner`` in the running to_edge_transform_and_lower.
+def _partitioners_listed_with(partitioner: Partitioner) -> list[Partitioner]:
+    """The other partitioners of the running to_edge_transform_and_lower, in list order.
 
-    Used as a drop-in in someone else's list, composer cannot be told what came before it;
+    Used as a drop-in in someone else's list, composer cannot be told what else is listed;
     ExecuTorch 1.5.1 holds the list in a local of the function that asks us (XNNPACK's
-    partitioner reads the call stack the same way). Not found: nothing came before.
+    partitioner reads the call stack the same way). Not found: nothing else is listed.
     """
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "_gen_edge_manager_for_partitioners":
             listed = frame.f_locals.get("partitioners_for_program") or []
-            for index, other in enumerate(listed):
-                if other is partitioner:
-                    return list(listed[:index])
+            if any(other is partitioner for other in listed):
+                return [other for other in listed if other is not partitioner]
             return []
         frame = frame.f_back
     return []
@@ -114,6 +124,7 @@ def clean_foreign_tags(
         warnings.warn(
             f"composer removed tags that {who} put on nodes no backend may take: "
             f"{', '.join(refused)}",
+            ComposerWarning,
             stacklevel=3,
         )
     return kept
@@ -134,7 +145,7 @@ class ComposerPartitioner(Partitioner):
         stand_in: bool = False,
         method_name: str = "forward",
         on_partition: Callable[[PartitionRecord], None] | None = None,
-        earlier: Sequence[Partitioner] | None = None,
+        stack: Sequence[Partitioner] | None = None,
         options: Mapping[str, str] | None = None,
         never: Iterable[str] = (),
         min_partition_size: int | None = None,
@@ -146,7 +157,8 @@ class ComposerPartitioner(Partitioner):
         self.stand_in = stand_in
         self.method_name = method_name
         self.on_partition = on_partition
-        self.earlier = None if earlier is None else tuple(earlier)
+        # Every partitioner of the stack, this one included; None: read it from ExecuTorch.
+        self.stack = None if stack is None else tuple(stack)
         self.options = dict(options or {})
         self.never = frozenset(never)
         self.min_partition_size = min_partition_size or backend.spec.min_partition_size
@@ -154,6 +166,10 @@ class ComposerPartitioner(Partitioner):
         self.consolidation = consolidation
         self._native: Partitioner | None = None
         self._native_asked = False
+        self.entered = False  # partition() has been called: its backend is being lowered
+        # A stand-in for a backend that can lower here: its ExecuTorch backend must exist too,
+        # so that a plan that succeeds means lowering will find it.
+        self.check_backend_class = not stand_in
         super().__init__()
 
     def __repr__(self) -> str:
@@ -162,21 +178,31 @@ class ComposerPartitioner(Partitioner):
     # --- the hooks ExecuTorch calls -------------------------------------------------
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
-        own, own_filter = self._own_ops_to_not_decompose(ep)
         # ExecuTorch decomposes once per partitioner, each time with the full table minus
-        # that partitioner's ops: an op an earlier backend kept whole would be decomposed
-        # again by a later one. So each partitioner also keeps what the earlier ones kept.
-        earlier = self.earlier if self.earlier is not None else _partitioners_before(self)
-        inherited = {op for other in earlier for op in other.ops_to_not_decompose(ep)[0]}
-        ops = list(dict.fromkeys([*own, *sorted(inherited - set(own), key=str)]))
-        if own_filter is None:
+        # that partitioner's ops: an op one backend keeps whole is decomposed by the pass of
+        # any other partitioner, before it as well as after (XNNPACK's linear, split by an
+        # earlier backend into permute + addmm, then fails XNNPACK's preprocess on 3-D
+        # inputs). So each partitioner keeps whole what any backend of the stack keeps
+        # whole, each op under the filter of the backend that asked for it.
+        answers = [self._own_ops_to_not_decompose(ep)]
+        others = self.stack if self.stack is not None else _partitioners_listed_with(self)
+        for other in others:
+            if other is self:
+                continue
+            if isinstance(other, ComposerPartitioner):
+                answers.append(other._own_ops_to_not_decompose(ep))
+            else:
+                answers.append(other.ops_to_not_decompose(ep))
+        ops = list(dict.fromkeys(op for listed, _ in answers for op in listed))
+        if all(op_filter is None for _, op_filter in answers):
             return (ops, None)
-        own_set = set(own)
+        asked = [(frozenset(listed), op_filter) for listed, op_filter in answers]
 
         def keep_whole(node: torch.fx.Node) -> bool:
-            if node.target in own_set and own_filter(node):
-                return True
-            return node.target in inherited
+            return any(
+                node.target in listed and (op_filter is None or op_filter(node))
+                for listed, op_filter in asked
+            )
 
         return (ops, keep_whole)
 
@@ -185,6 +211,15 @@ class ComposerPartitioner(Partitioner):
             "composer_ops_to_not_decompose", self.backend, program=ep, options=self.options
         )
         if ops is not None:
+            wrong = next(
+                (op for op in ops if not isinstance(op, torch._ops.OpOverload)), None
+            ) if isinstance(ops, list | tuple) else ops  # fmt: skip
+            if wrong is not None:
+                raise PluginError(
+                    f"{self._plugin()} returned {wrong!r} from composer_ops_to_not_decompose "
+                    f"for backend {self.backend.name!r}; it must return a list of ATen ops "
+                    "(torch.ops.aten.linear.default), not names, or None."
+                )
             return (list(ops), None)
         native = self._native_partitioner(ep)
         if native is not None:
@@ -198,43 +233,12 @@ class ComposerPartitioner(Partitioner):
         return ep
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        self.entered = True
         graph = exported_program.graph_module.graph
         guarded = foreign_delegate_nodes(graph)
-        support = self.registry.call(
-            "composer_operator_support",
-            self.backend,
-            program=exported_program,
-            options=self.options,
-        )
-        native_compile_specs: list[CompileSpec] = []
-        wanted_constants: set[torch.fx.Node] = set()
-        if support is not None:
-            if not isinstance(support, OperatorSupportBase):
-                raise PluginError(
-                    f"plugin {self.backend.origin.name!r} returned {type(support).__name__} from "
-                    "composer_operator_support; it must return a "
-                    "torch.fx.passes.operator_support.OperatorSupportBase or None."
-                )
-            submodules = dict(exported_program.graph_module.named_modules())
-
-            explain = getattr(support, "reason_unsupported", None)
-
-            def answer(node: torch.fx.Node) -> bool:
-                return bool(support.is_node_supported(submodules, node))
-
-            def why_not(node: torch.fx.Node) -> str:
-                reason = explain(node) if explain is not None else None
-                return reason or "unsupported op"
-        else:
-            tagged, native_compile_specs, wanted_constants = self._run_native(
-                exported_program, guarded
-            )
-
-            def answer(node: torch.fx.Node) -> bool:
-                return node in tagged
-
-            def why_not(node: torch.fx.Node) -> str:
-                return f"not tagged by {type(self._native).__name__}"
+        support = self._evaluate_support(exported_program, guarded)
+        answer, why_not = support.takes, support.why_not
+        native_compile_specs, wanted_constants = support.compile_specs, support.wanted_constants
 
         declined: dict[str, str] = {}
         moved = (
@@ -273,6 +277,8 @@ class ComposerPartitioner(Partitioner):
 
         tags: dict[str, DelegationSpec] = {}
         compile_specs = self._compile_specs(native_compile_specs)
+        if partitions and self.check_backend_class:
+            self.backend_class()
         for index, members in enumerate(partitions):
             tag = f"{self.backend.name}_{index}"
             for node in members:
@@ -305,26 +311,84 @@ class ComposerPartitioner(Partitioner):
         """Names of the ops this backend would take in ``program``, ignoring partition sizes."""
         graph = program.graph_module.graph
         guarded = foreign_delegate_nodes(graph)
+        # The same checked path as partition(): a plugin breaking the contract gets the same
+        # PluginError whether consolidation asks first or partition() does.
+        support = self._evaluate_support(program, guarded)
+        return {
+            node.name
+            for node in graph.nodes
+            if node.op == "call_function"
+            and node not in guarded
+            and op_name(node) != "getitem"
+            and op_name(node) not in self.never
+            and support.takes(node)
+        }
+
+    def _evaluate_support(self, program: ExportedProgram, guarded: set[torch.fx.Node]) -> Support:
+        """What the backend says it can take in ``program``, every answer checked."""
         support = self.registry.call(
             "composer_operator_support", self.backend, program=program, options=self.options
         )
-        if support is not None:
-            submodules = dict(program.graph_module.named_modules())
-            taken = {
-                node
-                for node in graph.nodes
-                if node.op == "call_function"
-                and node not in guarded
-                and support.is_node_supported(submodules, node)
-            }
-        else:
-            native = self._native_partitioner(program)
-            if native is None:
-                return set()
-            _clear_tags(graph)
-            native.partition(program)
-            taken = {n for n in take_tags(graph) if n.op == "call_function" and n not in guarded}
-        return {n.name for n in taken if op_name(n) != "getitem" and op_name(n) not in self.never}
+        if support is None:
+            tagged, compile_specs, wanted = self._run_native(program, guarded)
+            native = type(self._native).__name__
+            return Support(lambda node: node in tagged, lambda node: f"not tagged by {native}",
+                           compile_specs, wanted)  # fmt: skip
+        if not isinstance(support, OperatorSupportBase):
+            raise PluginError(
+                f"{self._plugin()} returned {type(support).__name__} from "
+                "composer_operator_support; it must return a "
+                "torch.fx.passes.operator_support.OperatorSupportBase or None."
+            )
+        submodules = dict(program.graph_module.named_modules())
+        explain = getattr(support, "reason_unsupported", None)
+        who = f"{self._plugin()}: {type(support).__name__}"
+
+        def takes(node: torch.fx.Node) -> bool:
+            try:
+                return bool(support.is_node_supported(submodules, node))
+            except Exception as error:
+                raise PluginError(
+                    f"{who}.is_node_supported raised on node {node.name} ({op_name(node)}): "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+
+        def why_not(node: torch.fx.Node) -> str:
+            if explain is None:
+                return "unsupported op"
+            try:
+                reason = explain(node)
+            except Exception as error:
+                raise PluginError(
+                    f"{who}.reason_unsupported raised on node {node.name} ({op_name(node)}): "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+            if reason is not None and not isinstance(reason, str):
+                raise PluginError(
+                    f"{who}.reason_unsupported returned {type(reason).__name__} for node "
+                    f"{node.name}; it must return a string or None."
+                )
+            return reason or "unsupported op"
+
+        return Support(takes, why_not, [], set())
+
+    def backend_class(self) -> type[BackendDetails]:
+        """The ExecuTorch ``BackendDetails`` subclass the backend's spec names."""
+        backend_id = self.backend.spec.backend_id
+        # ExecuTorch looks a backend up the same way: by name, among the direct subclasses.
+        found = [cls for cls in BackendDetails.__subclasses__() if cls.__name__ == backend_id]
+        if not found:
+            raise PluginError(
+                f"{self._plugin()} declares backend {self.backend.name!r} with ExecuTorch "
+                f"backend id {backend_id!r}, but no BackendDetails subclass of that name is "
+                "imported. The id is the class name of the plugin's BackendDetails subclass; "
+                "import that class in the plugin module."
+            )
+        return found[0]
+
+    def _plugin(self) -> str:
+        origin = self.backend.origin
+        return f"plugin {origin.name!r} ({origin.distribution})"
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -382,15 +446,16 @@ class ComposerPartitioner(Partitioner):
                 f"{type(error).__name__}: {error}"
             ) from error
         tag_of = take_tags(graph)
-        who = f"plugin {plugin!r}'s {type(native).__name__}"
+        who = f"{type(native).__name__} of plugin {plugin!r}"
         kept = clean_foreign_tags(ep, tag_of, guarded, who)
         tagged = {node for node in kept if node.op == "call_function"}
         wanted = {node for node in kept if node.op == "placeholder"}
         native_cycle = find_tag_cycle(graph, {n: t for n, t in kept.items() if n in tagged})
         if native_cycle is not None:
             warnings.warn(
-                f"{who} tagged a non-convex set (path {describe_path(native_cycle)} leaves a "
+                f"the partitioner {who} tagged a non-convex set (path {describe_path(native_cycle)} leaves a "
                 "partition and re-enters it); composer split it into convex partitions.",
+                ComposerWarning,
                 stacklevel=2,
             )
         specs = [spec.compile_specs for spec in result.partition_tags.values()]

@@ -13,6 +13,7 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_trans
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
+from composer.errors import ComposerError, PluginError
 from composer.op_names import op_name
 from composer.plan import PORTABLE, Fallback, Partition, Plan
 from composer.registry import Backend, Registry
@@ -43,7 +44,6 @@ def lower_stack(
                 registry,
                 stand_in=backend.name in stand_ins,
                 on_partition=records.append,
-                earlier=list(partitioners),
                 options=settings.options.get(backend.name),
                 never=settings.never.get(backend.name, ()),
                 min_partition_size=settings.min_partition_size.get(backend.name),
@@ -51,6 +51,12 @@ def lower_stack(
                 consolidation=consolidation,
             )
         )
+    for partitioner in partitioners:
+        partitioner.stack = tuple(partitioners)
+        if partitioner.stand_in:
+            partitioner.check_backend_class = (
+                registry.unavailable_reason(partitioner.backend) is None
+            )
     # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
     # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
     started = time.perf_counter()
@@ -75,12 +81,68 @@ class StackSettings:
 
 
 def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) -> EdgeProgramManager:
-    return to_edge_transform_and_lower(
-        program,
-        partitioner=partitioners,
-        # Backends keep ops whole that the edge dialect's validity check does not know.
-        compile_config=EdgeCompileConfig(_check_ir_validity=False),
-    )
+    try:
+        return to_edge_transform_and_lower(
+            program,
+            partitioner=partitioners,
+            # Backends keep ops whole that the edge dialect's validity check does not know.
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
+    except ComposerError:
+        raise
+    except Exception as error:
+        raise _lowering_error(error, partitioners) from error
+
+
+def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -> ComposerError:
+    """Name the backend (and plugin) a failure inside ExecuTorch's lowering belongs to."""
+    happened = f"{type(error).__name__}: {_first_line(error)}"
+    # ExecuTorch partitions and lowers one partitioner at a time, in list order.
+    current = next((p for p in reversed(partitioners) if p.entered), None)
+    if current is None:
+        return ComposerError(
+            f"ExecuTorch's to_edge_transform_and_lower failed before any backend partitioned: "
+            f"{happened}. Run with --debug (or composer.plan) and report it with the model."
+        )
+    origin = current.backend.origin
+    who = f"plugin {origin.name!r} ({origin.distribution}): backend {current.backend.name!r}"
+    if current.stand_in:
+        return ComposerError(
+            f"{who}: lowering its partitions to composer's stand-in failed: {happened}. This is "
+            "a bug in composer; please report it with the model."
+        )
+    backend_class = current.backend_class()
+    preprocess = getattr(backend_class.preprocess, "__func__", backend_class.preprocess)
+    frames = _traceback_codes(error)
+    if getattr(preprocess, "__code__", None) in frames:
+        return PluginError(
+            f"{who} failed to lower: {backend_class.__name__}.preprocess raised {happened}"
+        )
+    if isinstance(error, AttributeError) and "processed_bytes" in str(error):
+        return PluginError(
+            f"{who} failed to lower: {backend_class.__name__}.preprocess must return "
+            f"executorch's PreprocessResult(processed_bytes=...) ({happened})"
+        )
+    return PluginError(f"{who} failed to lower: {happened}")
+
+
+def _traceback_codes(error: BaseException | None) -> set:
+    """The code objects of every frame the error (and the errors it chains) went through."""
+    codes = set()
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback = error.__traceback__
+        while traceback is not None:
+            codes.add(traceback.tb_frame.f_code)
+            traceback = traceback.tb_next
+        error = error.__cause__ or error.__context__
+    return codes
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
 
 
 def _delegate_device(

@@ -1,0 +1,137 @@
+"""Plugins that break the contract at lowering time get a one-line PluginError, exit 2.
+
+Each plugin here lowers (or tries to) through a real ExecuTorch ``BackendDetails``; what the
+plan can check it checks, so that a plan that succeeds means lowering gets as far as the
+backend's own compiler.
+"""
+
+from __future__ import annotations
+
+import pytest
+from executorch.exir.backend.backend_details import BackendDetails
+from plugins_for_tests import registry_with
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from composer import BackendSpec
+from composer import registry as registry_module
+from composer.cli import main
+from composer.hookspecs import hookimpl
+from composer.op_names import op_name
+
+
+class CrashingCompilerBackend(BackendDetails):
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        raise RuntimeError("the compiler crashed")
+
+
+class PlainBytesBackend(BackendDetails):
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        return b"a blob, not a PreprocessResult"
+
+
+class TakesRelu(OperatorSupportBase):
+    def is_node_supported(self, submodules, node):
+        return op_name(node) in ("aten.relu.default", "aten.linear.default")
+
+
+class CannotDecide(OperatorSupportBase):
+    def is_node_supported(self, submodules, node):
+        raise ValueError("cannot decide")
+
+
+class ContractPlugin:
+    def __init__(self, name, backend_id, support=TakesRelu, keep_whole=None) -> None:
+        self.spec = BackendSpec(name, backend_id)
+        self.support = support
+        self.keep_whole = keep_whole
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_operator_support(self, backend, program):
+        return self.support()
+
+    @hookimpl
+    def composer_ops_to_not_decompose(self, backend, program):
+        return self.keep_whole
+
+
+PLUGINS = [
+    ContractPlugin("crashing", "CrashingCompilerBackend"),
+    ContractPlugin("plain_bytes", "PlainBytesBackend"),
+    ContractPlugin("no_class", "NoSuchBackend"),
+    ContractPlugin("op_names", "CrashingCompilerBackend", keep_whole=["aten.linear.default"]),
+    ContractPlugin("undecided", "CrashingCompilerBackend", support=CannotDecide),
+    ContractPlugin("not_support", "CrashingCompilerBackend", support=lambda: {"aten.relu"}),
+]
+
+
+@pytest.fixture
+def broken_plugins(monkeypatch):
+    monkeypatch.setattr(registry_module, "_default", registry_with(*PLUGINS))
+
+
+def one_line_error(capsys, argv: list[str]) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("composer: error: ")
+    return line.removeprefix("composer: error: ")
+
+
+@pytest.mark.parametrize(
+    ("backend", "message", "plan_catches_it"),
+    [
+        (
+            "crashing",
+            (
+                "plugin 'crashing' (composer-test-crashing): backend 'crashing' failed to lower: "
+                "CrashingCompilerBackend.preprocess raised RuntimeError: the compiler crashed"
+            ),
+            False,
+        ),
+        (
+            "plain_bytes",
+            (
+                "backend 'plain_bytes' failed to lower: PlainBytesBackend.preprocess must return "
+                "executorch's PreprocessResult"
+            ),
+            False,
+        ),
+        ("no_class", "backend id 'NoSuchBackend', but no BackendDetails subclass", True),
+        ("op_names", "returned 'aten.linear.default' from composer_ops_to_not_decompose", True),
+        (
+            "undecided",
+            "CannotDecide.is_node_supported raised on node aten_permute_copy_default",
+            True,
+        ),
+    ],
+)
+def test_a_plugin_failing_at_lowering_time_is_one_line_naming_it(
+    capsys, tmp_path, monkeypatch, broken_plugins, backend, message, plan_catches_it
+):
+    monkeypatch.chdir(tmp_path)
+    argv = ["lower", "zoo:mlp", "--backends", backend, "-o", "m.pte", "--quiet"]
+    line = one_line_error(capsys, argv)
+    assert line.startswith(f"plugin {backend!r}") and message in line
+    assert list(tmp_path.iterdir()) == []
+    if plan_catches_it:
+        assert message in one_line_error(capsys, ["plan", "zoo:mlp", "--backends", backend])
+    else:
+        assert main(["plan", "zoo:mlp", "--backends", backend]) == 0
+
+
+@pytest.mark.parametrize("broken", ["not_support", "undecided"])
+def test_a_broken_plugin_gets_the_same_error_first_or_second(capsys, broken_plugins, broken):
+    # Listed second, consolidation asks every backend what it supports before the broken
+    # plugin's own partition() runs: that path must check the plugin the same way.
+    first = one_line_error(capsys, ["plan", "zoo:mlp", "--backends", f"{broken},xnnpack"])
+    second = one_line_error(capsys, ["plan", "zoo:mlp", "--backends", f"xnnpack,{broken}"])
+    assert first.startswith(f"plugin {broken!r}")
+    assert first == second
