@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 import warnings
 from pathlib import Path
 
+from composer.atomic import InterruptedAfterWriting
 from composer.errors import ComposerError
 
 USER_ERROR = 2
+INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a program stopped by Ctrl-C
 MODEL_HELP = "zoo:NAME, a .pt2 file from torch.export.save, or package.module:function"
 REPORT_SUFFIXES = (".json", ".html")
 
@@ -75,32 +78,30 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _lower(args: argparse.Namespace) -> int:
     import composer
+    from composer.atomic import check_writable
     from composer.model_source import load_model
 
     report = Path(args.report) if args.report else None
     if report is not None and report.suffix not in REPORT_SUFFIXES:
         raise ComposerError(f"--report must end in .json or .html, not {report.name!r}.")
     output = Path(args.output)
-    for path in (output, report):
-        if path is not None and not path.parent.is_dir():
-            raise ComposerError(f"cannot write {path}: the directory {path.parent} does not exist.")
+    # Minutes of lowering must not end in "cannot write": every path is checked first.
+    check_writable([output] if report is None else [output, report])
     stack = _stack(args)
     model, inputs = load_model(args.model)
     started = time.perf_counter()
 
     def progress(line: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
+        _interrupts.check()
+        if not args.quiet:
+            print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
-    composition = composer.compose(
-        model,
-        list(stack.backends),
-        inputs,
-        progress=None if args.quiet else progress,
-        **_settings(stack),
-    )
+    composition = composer.compose(model, list(stack.backends), inputs, progress=progress,
+                                   **_settings(stack))  # fmt: skip
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
+    _interrupts.check()
     composition.save(output, extra=extra)
     print(composition.plan.summary_table())
     written = ", ".join(str(p) for p in [output, *extra])
@@ -110,7 +111,26 @@ def _lower(args: argparse.Namespace) -> int:
         print(f"verify: {result}")
         if not result.ok:
             return 1
+    if args.bench:
+        _print_stack_latencies(composition, model, inputs, stack, args.bench)
     return 0
+
+
+def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None:
+    import composer
+    from composer.latency import compare_with_singles, latency_table
+
+    def compose_single(name: str):
+        settings = {key: value for key, value in _settings(stack).items() if key != "consolidate"}
+        only = {key: {name: v[name]} if name in v else {} for key, v in settings.items()}
+        return composer.compose(model, [name], inputs, **only)
+
+    print(f"latency over {runs} runs, interleaved with eager, in the ExecuTorch runtime:",
+          flush=True)  # fmt: skip
+    rows, notes = compare_with_singles(composition, compose_single, runs)
+    print(latency_table(rows))
+    for note in notes:
+        print(note)
 
 
 def _render_report(plan, path: Path, title: str) -> str:
@@ -125,7 +145,7 @@ def _run(args: argparse.Namespace) -> int:
     import torch
 
     from composer.model_source import load_model
-    from composer.runtime import run_program
+    from composer.runtime import LoadedProgram
 
     program = Path(args.program)
     if not program.is_file():
@@ -138,22 +158,67 @@ def _run(args: argparse.Namespace) -> int:
     if inputs is None:
         raise ComposerError("pass --inputs FILE (a tuple of tensors saved with torch.save) or "
                             "--compare MODEL to use the model's example inputs.")  # fmt: skip
-    outputs = run_program(program.read_bytes(), inputs)
+    buffer = program.read_bytes()
+    loaded = LoadedProgram(buffer)
+    loaded.check_inputs(inputs)
+    outputs = loaded.run(inputs)
     for index, output in enumerate(outputs):
         print(
             f"output {index}: shape {list(output.shape)} {str(output.dtype).removeprefix('torch.')}"
         )
-    if model is None:
-        return 0
-    from composer.compose import compare, export_model
+    eager = None
+    if model is not None:
+        from composer.compose import export_model
 
-    eager = model if isinstance(model, torch.nn.Module) else export_model(model, None).module()
+        eager = model if isinstance(model, torch.nn.Module) else export_model(model, None).module()
+    if args.bench:
+        _print_program_latency(buffer, loaded, eager, inputs, args.bench)
+    if eager is None:
+        return 0
+    from composer.compose import compare
+    from composer.runtime import installed_tolerance
+
     with torch.no_grad():
         expected = eager(*inputs)
-    ok, worst = compare(outputs, expected)
+    tolerance = installed_tolerance(buffer)
+    ok, worst = compare(outputs, expected, tolerance)
     verdict = "OK" if ok else "MISMATCH"
-    print(f"compare with {args.compare}: {verdict}, max |pte - eager| = {worst:.3g}")
+    within = "" if tolerance is None else f" (within atol {tolerance.atol:g} rtol " \
+        f"{tolerance.rtol:g}: {tolerance.reason})"  # fmt: skip
+    print(f"compare with {args.compare}: {verdict}, max |pte - eager| = {worst:.3g}{within}")
     return 0 if ok else 1
+
+
+def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> None:
+    import torch
+
+    from composer.latency import (
+        ProgramLatency,
+        delegate_backend_ids,
+        delegate_times,
+        interleaved,
+        latency_table,
+    )
+
+    candidates = {"program": loaded.timed_call(inputs)}
+    if eager is not None:
+        candidates["eager"] = lambda: eager(*inputs)
+    with torch.no_grad():
+        timed = interleaved(candidates, runs)
+    print(f"latency over {runs} runs after warm-up" + (", interleaved with eager:" if eager else ":"))
+    calls = len(delegate_backend_ids(buffer))
+    rows = [ProgramLatency(name, None if name == "eager" else calls, latency)
+            for name, latency in timed.items()]  # fmt: skip
+    print(latency_table(rows))
+    per_delegate = delegate_times(buffer, inputs, runs)
+    if not per_delegate:
+        print("time per delegate: not available (the event tracer's delegate calls could not be "
+              "matched with the program's: a method with control flow)")  # fmt: skip
+        return
+    print("time per delegate call (ExecuTorch event tracer, ETDump):")
+    for item in per_delegate:
+        print(f"  delegate {item.index} ({item.backend_id}): median {item.latency.median_us:.1f} us, "
+              f"p90 {item.latency.p90_us:.1f} us")  # fmt: skip
 
 
 def _load_inputs(path: Path) -> tuple:
@@ -236,12 +301,20 @@ def build_parser() -> argparse.ArgumentParser:
     lower.add_argument("--report", help="also write the plan: out.html (a picture) or out.json")
     lower.add_argument("--verify", action="store_true", help="run it and compare with eager")
     lower.add_argument("--quiet", action="store_true", help="no progress lines")
+    lower.add_argument(
+        "--bench", type=int, nargs="?", const=200, metavar="N",
+        help="time the program against eager and each backend alone (N runs, default 200)",
+    )  # fmt: skip
     lower.set_defaults(run=_lower)
 
     run = commands.add_parser("run", help="run a .pte in the ExecuTorch runtime")
     run.add_argument("program", help="the .pte")
     run.add_argument("--inputs", help="a tuple of tensors saved with torch.save")
     run.add_argument("--compare", metavar="MODEL", help="check against this model in eager")
+    run.add_argument(
+        "--bench", type=int, nargs="?", const=200, metavar="N",
+        help="median and p90 latency over N runs after warm-up (default 200), per delegate too",
+    )  # fmt: skip
     run.set_defaults(run=_run)
 
     explain = commands.add_parser("explain", help="why a node went where it went")
@@ -253,7 +326,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Interrupts:
+    """Ctrl-C honoured wherever it lands: nothing written, one line, exit 130.
+
+    A KeyboardInterrupt raised inside a weakref callback or ``__del__`` (torch and ExecuTorch
+    run many during lowering) is only printed by Python as "Exception ignored in ...", and
+    the run would go on to write its files. So the signal is also remembered, and checked
+    between backends, before saving and at the end.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+
+    def on_signal(self, signum, frame) -> None:
+        self.received = True
+        raise KeyboardInterrupt
+
+    def on_unraisable(self, unraisable) -> None:
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            self.received = True
+            return
+        sys.__unraisablehook__(unraisable)
+
+    def check(self) -> None:
+        if self.received:
+            raise KeyboardInterrupt
+
+
+_interrupts = _Interrupts()
+
+
 def main(argv: list[str] | None = None) -> int:
+    global _interrupts
+    _interrupts = _Interrupts()
+    previous_handler = signal.signal(signal.SIGINT, _interrupts.on_signal)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _interrupts.on_unraisable
+    try:
+        code = _main(argv)
+        _interrupts.check()
+        return code
+    except InterruptedAfterWriting as interrupt:
+        print(f"composer: interrupted after writing {interrupt}", file=sys.stderr)
+        return INTERRUPTED
+    except KeyboardInterrupt:
+        print("composer: interrupted; nothing was written", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        # Run as the program (no argv), what is left is the interpreter's exit: a Ctrl-C there
+        # would turn a finished run's exit code into a signal death.
+        signal.signal(signal.SIGINT, previous_handler if argv is not None else signal.SIG_IGN)
+        sys.unraisablehook = previous_hook
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if not args.debug:
         # Upstream deprecation chatter hides composer's own messages in a terminal.
