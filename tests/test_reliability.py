@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,15 +23,19 @@ from composer.strategies import models, stacks
 from composer.testing import check_convex
 
 
-def test_interrupt_while_saving_leaves_no_file(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def composition():
     model, inputs = zoo.load("mlp")
-    composition = composer.compose(model, ["xnnpack"], inputs)
+    return composer.compose(model, ["xnnpack"], inputs)
+
+
+def test_interrupt_while_saving_leaves_no_file(tmp_path, monkeypatch, composition):
     real = atomic._write_temporary
     calls = []
 
     def interrupted(path, data):
         calls.append(path)
-        if len(calls) == 2:
+        if len(calls) == 3:  # the first is the directory probe
             raise KeyboardInterrupt
         return real(path, data)
 
@@ -37,27 +45,133 @@ def test_interrupt_while_saving_leaves_no_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_failing_rename_puts_back_the_files_of_the_run_before(tmp_path, monkeypatch, composition):
+    # The .pte is renamed into place first; the report's rename then fails for real (a
+    # directory appeared at its path while the temporaries were written).
+    pte, report = tmp_path / "m.pte", tmp_path / "m.json"
+    pte.write_bytes(b"the previous run's program")
+    real = atomic._write_temporary
+
+    def directory_appears(path, data):
+        temporary = real(path, data)
+        if path == report and data:
+            report.mkdir()
+            (report / "keep").write_text("x")
+        return temporary
+
+    monkeypatch.setattr(atomic, "_write_temporary", directory_appears)
+    with pytest.raises(composer.ComposerError, match=r"m\.json: Is a directory; no file was"):
+        composition.save(pte, extra={report: b"{}"})
+    assert pte.read_bytes() == b"the previous run's program"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.pte"]
+
+
+def test_two_runs_saving_to_one_path_never_mix_their_files(tmp_path):
+    pte, report = tmp_path / "m.pte", tmp_path / "m.json"
+    mixed = 0
+    for _ in range(200):
+        together = threading.Barrier(2)
+
+        def save(run: bytes, together=together) -> None:
+            together.wait()
+            atomic.write_all({pte: run * 1000, report: run})
+
+        threads = [threading.Thread(target=save, args=(run,)) for run in (b"A", b"B")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        mixed += pte.read_bytes()[:1] != report.read_bytes()
+    assert mixed == 0, f"{mixed} of 200 races left one run's program beside the other's report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "m.pte"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_written_files_honour_the_umask(tmp_path, composition, umask):
+    previous = os.umask(umask)
+    try:
+        composition.save(tmp_path / "m.pte", extra={tmp_path / "m.json": b"{}"})
+    finally:
+        os.umask(previous)
+    for name in ("m.pte", "m.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask
+
+
+def lower_argv(output, *extra):
+    return ["lower", "zoo:mlp", "--backends", "xnnpack", "-o", str(output), *map(str, extra)]
+
+
+def refused_before_lowering(capsys, argv) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "partition(s)" not in err, "checked before any work"
+    (line,) = err.strip().splitlines()
+    return line
+
+
 def test_output_in_a_file_instead_of_a_directory_is_a_clear_error(capsys, tmp_path):
     (tmp_path / "afile").write_text("x")
-    code = main(
-        ["lower", "zoo:mlp", "--backends", "xnnpack", "-o", str(tmp_path / "afile" / "m.pte")]
+    line = refused_before_lowering(capsys, lower_argv(tmp_path / "afile" / "m.pte"))
+    assert "does not exist" in line
+
+
+def test_one_path_for_the_program_and_the_report_is_refused(capsys, tmp_path):
+    line = refused_before_lowering(
+        capsys, lower_argv(tmp_path / "m.json", "--report", tmp_path / "m.json")
     )
-    assert code == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert "is named twice as an output" in line
+    assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
-def test_read_only_directory_is_a_clear_error(capsys, tmp_path):
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o555)
-    try:
-        code = main(["lower", "zoo:mlp", "--backends", "xnnpack", "-o", str(locked / "m.pte")])
-    finally:
+def test_a_directory_as_the_output_is_refused(capsys, tmp_path):
+    line = refused_before_lowering(capsys, lower_argv(tmp_path))
+    assert f"cannot write {tmp_path}: it is a directory" in line
+
+
+def test_a_fifo_or_a_symlink_at_the_output_is_left_alone(capsys, tmp_path):
+    os.mkfifo(tmp_path / "pipe.pte")
+    line = refused_before_lowering(capsys, lower_argv(tmp_path / "pipe.pte"))
+    assert "it is not a regular file" in line
+    (tmp_path / "real.pte").write_bytes(b"mine")
+    (tmp_path / "link.pte").symlink_to(tmp_path / "real.pte")
+    line = refused_before_lowering(capsys, lower_argv(tmp_path / "link.pte"))
+    assert "it is a symbolic link" in line
+    assert (tmp_path / "link.pte").is_symlink()
+    assert (tmp_path / "real.pte").read_bytes() == b"mine"
+    assert stat.S_ISFIFO((tmp_path / "pipe.pte").lstat().st_mode)
+
+
+@pytest.fixture
+def unwritable_directory(tmp_path):
+    """A directory this process cannot create files in, whoever runs the tests.
+
+    Permission bits stop everyone but root; sysfs refuses new files to root too.
+    """
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        yield locked
         locked.chmod(0o755)
-    assert code == 2
-    assert "cannot write" in capsys.readouterr().err
-    assert list(locked.iterdir()) == []
+        return
+    sysfs = Path("/sys")
+    try:
+        handle, probe = tempfile.mkstemp(dir=sysfs)
+    except OSError:
+        yield sysfs
+        return
+    os.close(handle)
+    os.unlink(probe)
+    pytest.skip("no directory refuses new files to root here")
+
+
+def test_unwritable_directory_is_refused_before_lowering(capsys, unwritable_directory):
+    before = sorted(unwritable_directory.iterdir())
+    line = refused_before_lowering(capsys, lower_argv(unwritable_directory / "m.pte"))
+    assert line.startswith(f"composer: error: cannot write {unwritable_directory / 'm.pte'}: ")
+    assert "Permission denied" in line
+    assert sorted(unwritable_directory.iterdir()) == before
 
 
 REPRODUCE = """
