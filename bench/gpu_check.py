@@ -1,25 +1,29 @@
-"""The GPU check: lower stacks with the real CUDA backend and check what comes out.
+"""The GPU check: lower stacks with the real CUDA backend, run the compiled code, check it.
 
     python bench/gpu_check.py                      # on a machine with a CUDA GPU
     python bench/gpu_check.py --models mlp --stacks cuda --option cuda.max_autotune=OFF
 
 For every model and stack it composes for real (AOTInductor compiles the CUDA partitions),
-then checks: the .pte has one CudaBackend delegate per cuda partition, each with its .so
-blob and weights as named data; host<->device copies (et_copy._h2d_copy/_d2h_copy) sit
-exactly where a CUDA delegate meets host data; and the composed program, run on the GPU by
-the reference executor (each delegate executes its own subgraph with CUDA tensors), matches
-eager. It also times composer against ExecuTorch's own to_edge_transform_and_lower with
-CudaPartitioner on the same model, in the same run. The ExecuTorch CUDA runtime is C++ and
-not in the pip wheel, so the compiled .so itself is not executed here.
+then checks: the .pte has one CudaBackend delegate per cuda partition, its .so among the .pte's
+named data, and every weight its manifest lists in the .ptd with the manifest's size;
+host<->device copies (et_copy._h2d_copy/_d2h_copy) sit exactly where a CUDA delegate meets
+host data; the composed program run on the GPU by the reference executor (each delegate
+executes its own subgraph with CUDA tensors) matches eager; and the composed program with each
+CUDA delegate executed as its compiled .so (composer.aoti_host: libtorch hosts it, weights
+bound from the .ptd, the rest as the Python reference, on the CPU as in the .pte or all on the
+GPU) matches eager, timed against eager on the GPU. It also times composer against
+ExecuTorch's own to_edge_transform_and_lower with CudaPartitioner on the same model, in the
+same run (unless --no-baseline).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import operator
-import re
+import statistics
 import sys
 import time
 import warnings
@@ -28,8 +32,9 @@ import torch
 import torch.fx
 
 import composer
-from composer import zoo
-from composer.compose import default_tolerance
+from composer import aoti_host, zoo
+from composer.aoti_host import reference_on
+from composer.compose import _flatten, compare, default_tolerance
 
 STACKS = {
     "cuda": ["cuda"],
@@ -37,37 +42,6 @@ STACKS = {
     "xnnpack,cuda": ["xnnpack", "cuda"],
 }
 MODELS = ["mlp", "cnn", "transformer_block", "llama_block"]
-
-
-def _move_program(program, device):
-    for name, value in list(program.state_dict.items()):
-        moved = value.to(device)
-        if isinstance(value, torch.nn.Parameter):
-            moved = torch.nn.Parameter(moved, requires_grad=False)
-        program.state_dict[name] = moved
-    for name, value in list(program.constants.items()):
-        if isinstance(value, torch.Tensor):
-            program.constants[name] = value.to(device)
-
-
-def _retarget_factories(graph_module: torch.fx.GraphModule, device: str) -> None:
-    # Export records factory calls (arange, full...) with device=cpu; run them on `device`.
-    for node in graph_module.graph.nodes:
-        if isinstance(node.kwargs.get("device"), torch.device):
-            node.kwargs = {**node.kwargs, "device": torch.device(device)}
-    graph_module.recompile()
-
-
-def reference_on(composition, device: str) -> torch.nn.Module:
-    """The composed program as Python, every delegate's subgraph moved to ``device``."""
-    module = copy.deepcopy(composition.reference)
-    _retarget_factories(module, device)
-    for child in module.modules():
-        original = getattr(child, "original_module", None)
-        if original is not None and hasattr(original, "state_dict"):
-            _move_program(original, device)
-            _retarget_factories(original.graph_module, device)
-    return module.to(device)
 
 
 def copy_check(composition) -> dict:
@@ -114,40 +88,39 @@ def copy_check(composition) -> dict:
 
 
 def pte_check(composition) -> dict:
-    """One CudaBackend delegate per cuda partition, its .so in the .pte, its weights in the .ptd."""
+    """One CudaBackend delegate per cuda partition; per delegate, its .so in the .pte and every
+    weight its manifest lists in the .pte or .ptd named data, with the manifest's size."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     pte = deserialize_pte_binary(composition.buffer)
-    program = pte.program
-    named = set(pte.named_data.pte_data) if pte.named_data is not None else set()
-    external = b"".join(composition.data_files.values())
-    delegates = program.execution_plan[0].delegates
-    cuda = [d for d in delegates if d.id == "CudaBackend"]
-    so_found = weights_found = 0
-    blob_keys: list[list[str]] = []
-    for delegate in cuda:
-        # CudaBackend's blob names its named-data entries: "<sha256>_so_blob" for the
-        # compiled .so (in the .pte) and "<sha256>_weights_blob" (in the .pte or a .ptd).
-        blob = bytes(program.backend_delegate_data[delegate.processed.index].data)
-        keys = re.findall(rb"[0-9a-f]{64}_[a-z_]+", blob)
-        so_keys = [k for k in keys if k.endswith(b"_so_blob")]
-        data_keys = [k for k in keys if not k.endswith(b"_so_blob")]
-        so_found += bool(so_keys) and all(k.decode() in named for k in so_keys)
-        # The weights live in the .ptd under the key, or (small programs) inline.
-        weights_found += all(k.decode() in named or k in external for k in data_keys) and (
-            bool(data_keys) or bool(external)
+    in_pte = set(pte.named_data.pte_data) if pte.named_data is not None else set()
+    delegates = pte.program.execution_plan[0].delegates
+    manifests = aoti_host.cuda_manifests(composition.buffer)
+    data = aoti_host.named_data(composition.buffer, composition.data_files)
+    weights = []
+    for manifest in manifests:
+        problems = aoti_host.missing_weights(manifest, data)
+        weights.append(
+            {
+                "so_key": manifest.so_blob_key[-24:],
+                "so_in_pte": manifest.so_blob_key in in_pte,
+                "constants": len(manifest.entries),
+                "constant_bytes": sum(entry.storage_nbytes for entry in manifest.entries),
+                "problems": problems[:5],
+            }
         )
-        blob_keys.append([k.decode()[-24:] for k in keys])
+    so_found = sum(w["so_in_pte"] for w in weights)
+    weights_found = sum(not w["problems"] for w in weights)
     cuda_partitions = len(composition.plan.partitions_of("cuda"))
     return {
         "delegates": [d.id for d in delegates],
-        "cuda_delegates": len(cuda),
+        "cuda_delegates": len(manifests),
         "so_blobs_found": so_found,
-        "weights_blobs_found": weights_found,
+        "weights_complete": weights_found,
+        "weights": weights,
         "pte_bytes": len(composition.buffer),
-        "blob_keys": blob_keys,
         "data_files": {name: len(data) for name, data in composition.data_files.items()},
-        "ok": len(cuda) == cuda_partitions == so_found == weights_found,
+        "ok": len(manifests) == cuda_partitions == so_found == weights_found,
     }
 
 
@@ -165,6 +138,85 @@ def numerics(composition, model, inputs) -> dict:
         worst = max(worst, (got.double() - want.double()).abs().max().item())
         ok = ok and torch.allclose(got, want, atol=atol, rtol=rtol)
     return {"max_abs_error": worst, "ok": ok, "device": torch.cuda.get_device_name()}
+
+
+def median_ms(run, repeats: int, warmup: int = 3) -> float:
+    """Median wall time of ``run()`` in ms, each call GPU-synchronized."""
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def eager_on_gpu(model, inputs):
+    """Eager on the GPU: the module moved there, or, where the module makes CPU tensors
+    itself (llama_block's arange), its exported graph with factory ops moved there."""
+    cuda_inputs = [t.to("cuda") for t in inputs]
+    module = copy.deepcopy(model).to("cuda")
+    try:
+        module(*cuda_inputs)
+        return module, "nn.Module"
+    except RuntimeError:
+        module = torch.export.export(copy.deepcopy(model), tuple(inputs), strict=False).module()
+        aoti_host.retarget_factories(module, "cuda")
+        return module.to("cuda"), "exported graph, factory ops on the GPU"
+
+
+def compiled_run(composition, model, inputs, repeats: int) -> dict:
+    """The composed program with each CUDA delegate run as its .so, against eager: error and
+    median latency, the rest on the CPU (as the .pte runs it) and all on the GPU."""
+    row: dict = {"executor": aoti_host.EXECUTOR}
+    with torch.no_grad():
+        expected = copy.deepcopy(model)(*inputs)
+        for host in ("cpu", "cuda"):
+            hosted = aoti_host.aoti_hosted(composition, host=host)
+            row["compiled_delegates"] = sum(
+                isinstance(m, aoti_host.CompiledCudaDelegate) for m in hosted.modules()
+            )
+            host_inputs = [t.to(host) for t in inputs]
+            actual = [t.cpu() for t in _flatten(hosted(*host_inputs))]
+            ok, worst = compare(actual, expected)
+            row[f"rest_on_{host}"] = {
+                "max_abs_error": worst,
+                "ok": ok,
+                "median_ms": round(median_ms(functools.partial(hosted, *host_inputs), repeats), 4),
+            }
+        eager, kind = eager_on_gpu(model, inputs)
+        cuda_inputs = [t.to("cuda") for t in inputs]
+        ok, worst = compare([t.cpu() for t in _flatten(eager(*cuda_inputs))], expected)
+        row["eager_gpu"] = {
+            "module": kind,
+            "max_abs_error_vs_cpu": worst,
+            "median_ms": round(median_ms(lambda: eager(*cuda_inputs), repeats), 4),
+        }
+        cpu_model = copy.deepcopy(model)
+        row["eager_cpu_median_ms"] = round(median_ms(lambda: cpu_model(*inputs), repeats), 4)
+    row["ok"] = row["rest_on_cpu"]["ok"] and row["rest_on_cuda"]["ok"]
+    return row
+
+
+def environment() -> dict:
+    """Which torch, ExecuTorch, triton and GPU ran this."""
+    import importlib.metadata
+    import platform
+
+    import triton
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "executorch": importlib.metadata.version("executorch"),
+        "gpu": torch.cuda.get_device_name(),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    }
 
 
 def warm_up() -> None:
@@ -228,6 +280,10 @@ def main() -> int:
     parser.add_argument("--option", action="append", default=[], help="cuda.NAME=VALUE")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--probe", action="store_true", help="check the fallback predictions")
+    parser.add_argument(
+        "--save-fixture", metavar="DIR", help="write zoo:mlp composed with [cuda] (.pte, .ptd)"
+    )
+    parser.add_argument("--repeats", type=int, default=50, help="timed runs per executor")
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -240,6 +296,13 @@ def main() -> int:
         key, _, value = item.partition("=")
         backend, _, name = key.partition(".")
         options.setdefault(backend, {})[name] = value
+    env = environment()
+    print(json.dumps(env), flush=True)
+    if args.save_fixture:
+        # tests/test_aoti_host.py reads this on CPU: a real CUDA manifest and .ptd.
+        model, inputs = zoo.load("mlp")
+        saved = composer.compose(model, ["cuda"], inputs).save(f"{args.save_fixture}/mlp_cuda.pte")
+        print(f"wrote {saved} and its .ptd", flush=True)
     warm_up()
     if args.probe:
         probe_predictions()
@@ -284,18 +347,22 @@ def main() -> int:
                 row["numerics"] = numerics(composition, model, inputs)
             except Exception as error:  # noqa: BLE001
                 row["numerics"] = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+            try:
+                row["compiled"] = compiled_run(composition, model, inputs, args.repeats)
+            except Exception as error:  # noqa: BLE001
+                row["compiled"] = {"ok": False, "error": f"{type(error).__name__}: {error}"}
             if "executorch_seconds" in row:
                 row["composer_over_executorch"] = round(
                     row["composer_seconds"] / row["executorch_seconds"], 3
                 )
-            ok = row["pte"]["ok"] and row["copies"]["ok"] and row["numerics"]["ok"]
+            ok = all(row[key]["ok"] for key in ("pte", "copies", "numerics", "compiled"))
             row["ok"] = ok
             failures += not ok
             results.append(row)
             print(json.dumps(row), flush=True)
     if args.json:
         with open(args.json, "w") as out:
-            json.dump(results, out, indent=2)
+            json.dump({"environment": env, "rows": results}, out, indent=2)
     print(f"{len(results) - failures} passed, {failures} failed")
     return 1 if failures else 0
 
