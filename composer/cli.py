@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import signal
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from composer.atomic import InterruptedAfterWriting
@@ -205,7 +208,9 @@ def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> N
         candidates["eager"] = lambda: eager(*inputs)
     with torch.no_grad():
         timed = interleaved(candidates, runs)
-    print(f"latency over {runs} runs after warm-up" + (", interleaved with eager:" if eager else ":"))
+    print(
+        f"latency over {runs} runs after warm-up" + (", interleaved with eager:" if eager else ":")
+    )
     calls = len(delegate_backend_ids(buffer))
     rows = [ProgramLatency(name, None if name == "eager" else calls, latency)
             for name, latency in timed.items()]  # fmt: skip
@@ -378,14 +383,43 @@ def main(argv: list[str] | None = None) -> int:
         sys.unraisablehook = previous_hook
 
 
-def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(argv)
-    if not args.debug:
-        # Upstream deprecation chatter hides composer's own messages in a terminal.
+# Lines upstream libraries log on every command that are not the user's business: torchao's
+# optional kernels that do not load on this machine, torch's notice about an enum a library
+# registers. Set before torch is imported, as the loggers are created at import.
+UPSTREAM_LOGGERS = ("torchao", "torch.utils._pytree")
+UPSTREAM_WARNINGS = (
+    # ExecuTorch warns for every program whose buffers the model updates in place (a KV cache).
+    "Mutation on a buffer in the model is detected",
+)
+
+
+@contextlib.contextmanager
+def _upstream_quieted(debug: bool) -> Iterator[None]:
+    """Keep upstream chatter off the terminal (``--debug`` shows everything)."""
+    if debug:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in UPSTREAM_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=FutureWarning)
+        for message in UPSTREAM_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        with _upstream_quieted(args.debug):
+            return args.run(args)
     except ComposerError as error:
         if args.debug:
             raise

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,8 @@ def load_model(source: str) -> tuple[Any, tuple | None]:
         if not path.is_file():
             raise ModelError(f"no such file: {source}. Save one with torch.export.save(ep, path).")
         try:
-            program = torch.export.load(path)
+            with _quiet_logger("torch.export"):  # it logs the whole traceback it then raises
+                program = torch.export.load(path)
         except Exception as error:
             raise ModelError(
                 f"{source} is not a readable torch.export archive ({type(error).__name__}: "
@@ -35,6 +39,17 @@ def load_model(source: str) -> tuple[Any, tuple | None]:
         "a .pt2 file from torch.export.save, or package.module:function returning "
         "(module, example_inputs)."
     )
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _from_factory(source: str) -> tuple[Any, tuple]:

@@ -176,3 +176,29 @@ def test_run_explains_a_program_whose_backend_this_runtime_lacks(capsys, tmp_pat
     assert code == 2
     assert "cannot load method 'forward'" in err
     assert "XnnpackBackend" in err  # what this runtime does have
+
+
+def composer_command(cwd, *argv):
+    return subprocess.run(
+        [sys.executable, "-m", "composer.cli", *argv],
+        check=False, capture_output=True, text=True, cwd=cwd,
+    )  # fmt: skip
+
+
+def test_upstream_noise_stays_off_the_terminal_unless_debug(tmp_path):
+    # llama_decoder updates its KV cache in place: ExecuTorch warns about buffer mutation;
+    # torch and torchao log at import. None of it is the user's business.
+    argv = ["lower", "zoo:llama_decoder", "--backends", "xnnpack", "-o", "m.pte", "--quiet"]
+    done = composer_command(tmp_path, *argv)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    debug = composer_command(tmp_path, "--debug", *argv)
+    assert "Mutation on a buffer" in debug.stderr
+
+
+def test_corrupt_pt2_is_one_line_in_a_terminal(tmp_path):
+    (tmp_path / "bad.pt2").write_bytes(b"not a zip")
+    done = composer_command(tmp_path, "plan", "bad.pt2", "--backends", "xnnpack")
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("composer: error: bad.pt2 is not a readable torch.export archive")
