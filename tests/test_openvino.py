@@ -1,0 +1,157 @@
+"""The openvino backend: real OpenVINO lowering, run in the pip ExecuTorch runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
+
+import composer
+from composer import zoo
+from composer.cli import main
+from composer.errors import ComposerError
+from composer.runtime import LIBRARY_SPEC_KEY, LoadedProgram, program_libraries
+
+
+def delegate_ids(buffer: bytes) -> list[str]:
+    plan = deserialize_pte_binary(buffer).program.execution_plan[0]
+    return [delegate.id for delegate in plan.delegates]
+
+
+@pytest.fixture(scope="module")
+def cumsum_mlp_xnnpack_openvino():
+    model, inputs = zoo.load("cumsum_mlp")
+    return composer.compose(model, ["xnnpack", "openvino"], inputs)
+
+
+def test_openvino_takes_what_xnnpack_cannot_and_the_runtime_runs_both(cumsum_mlp_xnnpack_openvino):
+    composition = cumsum_mlp_xnnpack_openvino
+    plan = composition.plan
+    assert dict(plan.ops_on("openvino")) == {"aten.cumsum.default": 1}
+    assert plan.ops_on("portable") == {}
+    assert sorted(set(delegate_ids(composition.buffer))) == ["OpenvinoBackend", "XnnpackBackend"]
+    result = composition.verify()
+    assert result.executor == "executorch runtime"
+    assert result.ok, str(result)
+    # The compiled OpenVINO code ran: its output differs from eager's in float rounding only.
+    actual = LoadedProgram(composition.buffer).run(composition.example_inputs)[0]
+    expected = composition.eager(*composition.example_inputs)
+    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=1.6e-2)
+
+
+def test_the_openvino_version_is_in_the_plan_and_the_program(cumsum_mlp_xnnpack_openvino):
+    from importlib.metadata import version
+
+    composition = cumsum_mlp_xnnpack_openvino
+    library = f"openvino {version('openvino')}"
+    assert composition.plan.libraries == {"openvino": library}
+    assert composition.plan.to_dict()["libraries"] == {"openvino": library}
+    assert f"compiled with: openvino: {library}" in composition.plan.summary_table()
+    assert program_libraries(composition.buffer) == {"OpenvinoBackend": library}
+    from composer.report_html import render_html
+
+    assert f"openvino compiled with {library}" in render_html(composition.plan)
+
+
+def test_a_program_from_another_openvino_says_which_versions_differ(cumsum_mlp_xnnpack_openvino):
+    # What a .pte lowered under another OpenVINO looks like here: its recorded version differs
+    # and its blob does not import (the real failure between 2025.4 and 2026.4).
+    pte = deserialize_pte_binary(cumsum_mlp_xnnpack_openvino.buffer)
+    program = pte.program
+    plan = program.execution_plan[0]
+    for delegate in plan.delegates:
+        if delegate.id == "OpenvinoBackend":
+            for spec in delegate.compile_specs:
+                if spec.key == LIBRARY_SPEC_KEY:
+                    spec.value = b"openvino 2026.4.1"
+            program.backend_delegate_data[delegate.processed.index].data = b"not an OpenVINO blob"
+    foreign = bytes(serialize_pte_binary(pte))
+    with pytest.raises(ComposerError) as caught:
+        LoadedProgram(foreign)
+    message = str(caught.value)
+    assert "OpenvinoBackend delegates were lowered with openvino 2026.4.1" in message
+    assert "this runtime has openvino " in message
+    assert "0x" not in message
+
+
+def test_openvino_tolerance_is_stated_and_xnnpack_keeps_the_default():
+    model, inputs = zoo.load("mlp")
+    alone = composer.compose(model, ["openvino"], inputs)
+    result = alone.verify()
+    assert result.ok, str(result)
+    tolerance = alone.plan.tolerance()
+    if tolerance is not None:  # a CPU with bf16 instructions: OpenVINO computes in bf16
+        assert "bf16" in tolerance.reason and tolerance.reason in str(result)
+        assert alone.plan.to_dict()["tolerances"]["openvino"]["rtol"] == tolerance.rtol
+    xnnpack = composer.compose(model, ["xnnpack", "openvino"], inputs)
+    assert xnnpack.plan.nodes_on("openvino") == []
+    assert xnnpack.plan.tolerance() is None  # openvino took nothing: XNNPACK's default holds
+    assert xnnpack.verify().tolerance is None
+
+
+def test_pins_and_minimum_sizes_apply_to_openvino():
+    model, inputs = zoo.load("cumsum_mlp")
+    pinned = composer.plan(model, ["xnnpack", "openvino"], inputs,
+                           never={"openvino": ["aten.cumsum.default"]})  # fmt: skip
+    assert dict(pinned.ops_on("portable")) == {"aten.cumsum.default": 1}
+    [fallback] = pinned.fallbacks
+    assert dict(fallback.reasons)["openvino"] == "pinned off openvino by the user"
+    sized = composer.plan(model, ["xnnpack", "openvino"], inputs,
+                          min_partition_size={"openvino": 2})  # fmt: skip
+    assert dict(sized.ops_on("portable")) == {"aten.cumsum.default": 1}
+    assert dict(sized.fallbacks[0].reasons)["openvino"] == "partition below the minimum size 2"
+
+
+def test_unknown_openvino_option_is_a_user_error(capsys, tmp_path):
+    code = main(["plan", "zoo:mlp", "--backends", "openvino", "--option", "openvino.bogus=1"])
+    assert code == 2
+    assert "unknown option 'bogus' for backend 'openvino'; known: device" in capsys.readouterr().err
+
+
+def test_without_openvino_installed_it_is_listed_unavailable_and_refused():
+    script = (
+        "import sys; sys.modules['openvino'] = None\n"
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "from composer.cli import main\n"
+        "main(['backends'])\n"
+        "sys.exit(main(['plan', 'zoo:mlp', '--backends', 'openvino']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    row = next(line for line in done.stdout.splitlines() if line.startswith("openvino"))
+    assert "no: the openvino package is not installed" in row
+    assert "pip install 'executorch-composer[openvino]'" in row
+    assert done.returncode == 2
+    assert "backend 'openvino' cannot be used: the openvino package is not installed" in done.stderr
+
+
+def test_lower_bench_times_the_stack_beside_eager_and_each_backend(capsys, tmp_path):
+    pte = tmp_path / "m.pte"
+    code = main(["lower", "zoo:cumsum_mlp", "--backends", "xnnpack,openvino", "-o", str(pte),
+                 "--quiet", "--bench", "5"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    table = out[out.index("latency over 5 runs") :].splitlines()
+    assert table[1].split()[:3] == ["program", "delegate", "calls"]
+    programs = [line.split()[0] for line in table[2:6]]
+    assert programs == ["eager", "xnnpack,openvino", "xnnpack", "openvino"]
+    assert table[3].split()[1] == "3"  # the composed program's delegate calls
+    code = main(["run", str(pte), "--compare", "zoo:cumsum_mlp", "--bench", "5"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "delegate 1 (OpenvinoBackend): median" in out
+    assert "delegate 0 (XnnpackBackend): median" in out
+    assert "compare with zoo:cumsum_mlp: OK" in out
+
+
+def test_run_says_what_input_the_program_expects(tmp_path, capsys, cumsum_mlp_xnnpack_openvino):
+    pte = tmp_path / "m.pte"
+    pte.write_bytes(cumsum_mlp_xnnpack_openvino.buffer)
+    inputs = tmp_path / "wrong.pt"
+    torch.save((torch.randn(3, 3),), inputs)
+    assert main(["run", str(pte), "--inputs", str(inputs)]) == 2
+    err = capsys.readouterr().err
+    assert "input 0 has shape [3, 3] float32; the program was exported for [4, 16] float32" in err
