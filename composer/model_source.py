@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,26 @@ def _quiet_logger(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _importable_from_here() -> Iterator[None]:
+    """Let ``models:build`` name a module in the current directory, as ``python -m`` would."""
+    here = str(Path.cwd())
+    if here in sys.path or "" in sys.path:
+        yield
+        return
+    sys.path.insert(0, here)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(here)
+
+
 def _from_factory(source: str) -> tuple[Any, tuple]:
     module_name, _, function_name = source.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        with _importable_from_here():
+            module = importlib.import_module(module_name)
     except Exception as error:
         raise ModelError(
             f"cannot import {module_name!r}: {type(error).__name__}: {error}"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -202,3 +205,29 @@ def test_corrupt_pt2_is_one_line_in_a_terminal(tmp_path):
     assert done.returncode == 2
     (line,) = done.stderr.splitlines()
     assert line.startswith("composer: error: bad.pt2 is not a readable torch.export archive")
+
+
+def test_partition_ids_are_the_same_in_progress_lines_and_the_plan(capsys, tmp_path):
+    report = tmp_path / "plan.json"
+    code, _, err = run(capsys, "lower", "zoo:transformer_block", "--backends",
+                       "xnnpack,tensorrt_stub", "-o", str(tmp_path / "m.pte"),
+                       "--report", str(report), "--no-consolidate")  # fmt: skip
+    assert code == 0
+    progress = dict(re.findall(r"^\[[ \d.]+s\]\s+(\S+:\d+)\s+(\d+) op\(s\)$", err, re.MULTILINE))
+    planned = {p["id"]: str(len(p["nodes"])) for p in json.loads(report.read_text())["partitions"]}
+    assert "tensorrt_stub:0" in progress
+    assert progress == planned
+
+
+def test_a_factory_in_the_current_directory_imports_without_pythonpath(tmp_path):
+    (tmp_path / "my_models.py").write_text(
+        "import torch\n\ndef small():\n    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "composer"), "plan", "my_models:small",
+         "--backends", "xnnpack"],
+        check=False, capture_output=True, text=True, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "aten.linear.default x1" in done.stdout

@@ -190,14 +190,15 @@ def build_plan(
     partitions = []
     for record in records:
         name = record.backend.name
-        for members in record.partitions:
+        for index, members in enumerate(record.partitions):
             real = [(node, op) for node, op in members if op != "getitem"]
             for node, op in real:
                 node_backends[node] = name
                 node_ops[node] = op
             partitions.append(
                 Partition(
-                    id=f"{name}:{len(partitions)}",
+                    # As the progress lines and the delegation tags number them.
+                    id=f"{name}:{index}",
                     backend=name,
                     device=record.backend.spec.device,
                     nodes=tuple(node for node, _ in real),
