@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from composer.atomic import InterruptedAfterWriting
-from composer.errors import ComposerError
+from composer.errors import ComposerError, ComposerWarning
 
 USER_ERROR = 2
 INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a program stopped by Ctrl-C
@@ -366,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     _interrupts = _Interrupts()
     previous_handler = signal.signal(signal.SIGINT, _interrupts.on_signal)
     previous_hook, sys.unraisablehook = sys.unraisablehook, _interrupts.on_unraisable
+    previous_show = warnings.showwarning
+    warnings.showwarning = _one_line_warnings(previous_show)
     try:
         code = _main(argv)
         _interrupts.check()
@@ -381,6 +383,22 @@ def main(argv: list[str] | None = None) -> int:
         # would turn a finished run's exit code into a signal death.
         signal.signal(signal.SIGINT, previous_handler if argv is not None else signal.SIG_IGN)
         sys.unraisablehook = previous_hook
+        warnings.showwarning = previous_show
+
+
+COMPOSER_DIRECTORY = str(Path(__file__).parent)
+
+
+def _one_line_warnings(show_otherwise):
+    """composer's own warnings as one line, like its errors; the rest as before."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, ComposerWarning) or str(filename).startswith(COMPOSER_DIRECTORY):
+            print(f"composer: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            show_otherwise(message, category, filename, lineno, file, line)
+
+    return show
 
 
 # Lines upstream libraries log on every command that are not the user's business: torchao's

@@ -231,3 +231,42 @@ def test_a_factory_in_the_current_directory_imports_without_pythonpath(tmp_path)
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "aten.linear.default x1" in done.stdout
+
+
+def test_a_plugins_own_error_for_a_bad_option_reaches_the_user_unchanged(capsys):
+    code, _, err = run(capsys, "plan", "zoo:mlp", "--backends", "cuda", "--option",
+                       "cuda.max_autotune=MAYBE")  # fmt: skip
+    assert code == 2
+    assert err == (
+        "composer: error: option 'max_autotune' of backend 'cuda' must be one of ON, OFF, "
+        "not 'MAYBE'.\n"
+    )
+
+
+def test_a_pin_naming_no_op_warns_with_the_closest_names(capsys, tmp_path, monkeypatch):
+    (tmp_path / "composer.toml").write_text(
+        'backends = ["tensorrt_stub"]\n[never]\ntensorrt_stub = ["aten.relu", "aten.cumsum.default"]\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, "plan", "zoo:cumsum_mlp")
+    assert code == 0
+    assert err.splitlines() == [
+        (
+            "composer: warning: the pin never tensorrt_stub = 'aten.relu' names no op; did you "
+            "mean aten.relu.default, aten.relu.out?"
+        )
+    ]
+
+
+def test_plugin_warnings_print_as_one_composer_line(capsys, monkeypatch):
+    from plugins_for_tests import CarelessPlugin, registry_with
+
+    from composer import registry as registry_module
+
+    monkeypatch.setattr(registry_module, "_default", registry_with(CarelessPlugin()))
+    code, _, err = run(capsys, "plan", "zoo:mlp", "--backends", "xnnpack,careless")
+    assert code == 0
+    (line,) = err.splitlines()
+    assert line.startswith(
+        "composer: warning: composer removed tags that TagEverything of plugin 'careless' put on"
+    )

@@ -41,6 +41,11 @@ class CannotDecide(OperatorSupportBase):
         raise ValueError("cannot decide")
 
 
+class NumericReasons(TakesRelu):
+    def reason_unsupported(self, node):
+        return 42
+
+
 class ContractPlugin:
     def __init__(self, name, backend_id, support=TakesRelu, keep_whole=None) -> None:
         self.spec = BackendSpec(name, backend_id)
@@ -67,6 +72,7 @@ PLUGINS = [
     ContractPlugin("op_names", "CrashingCompilerBackend", keep_whole=["aten.linear.default"]),
     ContractPlugin("undecided", "CrashingCompilerBackend", support=CannotDecide),
     ContractPlugin("not_support", "CrashingCompilerBackend", support=lambda: {"aten.relu"}),
+    ContractPlugin("numeric", "CrashingCompilerBackend", support=NumericReasons),
 ]
 
 
@@ -135,3 +141,11 @@ def test_a_broken_plugin_gets_the_same_error_first_or_second(capsys, broken_plug
     second = one_line_error(capsys, ["plan", "zoo:mlp", "--backends", f"xnnpack,{broken}"])
     assert first.startswith(f"plugin {broken!r}")
     assert first == second
+
+
+def test_a_reason_that_is_not_a_string_is_a_plugin_error(capsys, broken_plugins):
+    line = one_line_error(capsys, ["plan", "zoo:cumsum_mlp", "--backends", "numeric"])
+    assert line == (
+        "plugin 'numeric' (composer-test-numeric): NumericReasons.reason_unsupported returned "
+        "int for node aten_cumsum_default; it must return a string or None."
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 import time
 import warnings
@@ -49,6 +50,30 @@ class Support:
     why_not: Callable[[torch.fx.Node], str]
     compile_specs: list[CompileSpec]  # those of the plugin's native partitioner, if any
     wanted_constants: set[torch.fx.Node]  # constants its native partitioner tagged
+
+
+def _names_an_op(name: str) -> bool:
+    """Whether ``name`` is an op overload as composer names them (``aten.add.Tensor``)."""
+    namespace, _, rest = name.partition(".")
+    op, _, overload = rest.rpartition(".")
+    if not (namespace and op and overload):
+        return False
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op)
+    except (AttributeError, RuntimeError):
+        return False
+    return overload in packet.overloads()
+
+
+def _overloads_of(name: str) -> set[str]:
+    """``aten.relu.default`` and the other overloads of the op ``name`` starts with."""
+    namespace, _, rest = name.partition(".")
+    op = rest.split(".")[0]
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op)
+        return {f"{namespace}.{op}.{overload}" for overload in packet.overloads()}
+    except (AttributeError, RuntimeError):
+        return set()
 
 
 def compute_edges(graph: torch.fx.Graph, skip: set[torch.fx.Node]) -> list[tuple[str, str]]:
@@ -235,6 +260,7 @@ class ComposerPartitioner(Partitioner):
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         self.entered = True
         graph = exported_program.graph_module.graph
+        self._warn_about_pins_naming_no_op(graph)
         guarded = foreign_delegate_nodes(graph)
         support = self._evaluate_support(exported_program, guarded)
         answer, why_not = support.takes, support.why_not
@@ -312,8 +338,11 @@ class ComposerPartitioner(Partitioner):
         graph = program.graph_module.graph
         guarded = foreign_delegate_nodes(graph)
         # The same checked path as partition(): a plugin breaking the contract gets the same
-        # PluginError whether consolidation asks first or partition() does.
-        support = self._evaluate_support(program, guarded)
+        # PluginError whether consolidation asks first or partition() does. Warnings about
+        # what a native partitioner tagged come once, from partition().
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ComposerWarning)
+            support = self._evaluate_support(program, guarded)
         return {
             node.name
             for node in graph.nodes
@@ -385,6 +414,22 @@ class ComposerPartitioner(Partitioner):
                 "import that class in the plugin module."
             )
         return found[0]
+
+    def _warn_about_pins_naming_no_op(self, graph: torch.fx.Graph) -> None:
+        # A pin is an op name; one with a typo (aten.relu for aten.relu.default) would pin
+        # nothing, silently. A real op the model does not use is fine: configs are shared.
+        in_program = {op_name(node) for node in graph.nodes if node.op == "call_function"}
+        for pin in sorted(self.never - in_program):
+            if _names_an_op(pin):
+                continue
+            close = difflib.get_close_matches(pin, sorted(in_program), n=3)
+            close += difflib.get_close_matches(pin, sorted(_overloads_of(pin) - set(close)), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else " (use aten.NAME.OVERLOAD)"
+            warnings.warn(
+                f"the pin never {self.backend.name} = {pin!r} names no op{hint}",
+                ComposerWarning,
+                stacklevel=2,
+            )
 
     def _plugin(self) -> str:
         origin = self.backend.origin
