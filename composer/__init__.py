@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from composer.errors import (
         BackendListError,
         ComposerError,
+        ComposerWarning,
         ModelError,
         PartitionError,
         PluginError,
     )
+    from composer.op_names import op_name
     from composer.plan import Fallback, Partition, Plan
     from composer.registry import Registry, default_registry
 
@@ -35,6 +37,7 @@ _MODULE_OF = {
     "BackendListError": "composer.errors",
     "BackendSpec": "composer.backend_spec",
     "ComposerError": "composer.errors",
+    "ComposerWarning": "composer.errors",
     "Composition": "composer.compose",
     "Fallback": "composer.plan",
     "ModelError": "composer.errors",
@@ -48,6 +51,7 @@ _MODULE_OF = {
     "compose": "composer.compose",
     "default_registry": "composer.registry",
     "guard": "composer.drop_in",
+    "op_name": "composer.op_names",
     "partitioner": "composer.drop_in",
     "plan": "composer.compose",
 }
@@ -56,6 +60,7 @@ __all__ = [
     "BackendListError",
     "BackendSpec",
     "ComposerError",
+    "ComposerWarning",
     "Composition",
     "Fallback",
     "ModelError",
@@ -69,6 +74,7 @@ __all__ = [
     "compose",
     "default_registry",
     "guard",
+    "op_name",
     "partitioner",
     "plan",
 ]

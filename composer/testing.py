@@ -191,3 +191,86 @@ class CompositionChecker:
 def composer_check(request: pytest.FixtureRequest) -> CompositionChecker:
     """Compose, check convexity and outputs, and compare with a golden plan; see the module."""
     return CompositionChecker(request)
+
+
+# --- checking a backend plugin against the contract ------------------------------------
+
+PLUGIN_CHECK_MODELS = ("mlp", "cnn", "transformer_block")
+PLUGIN_CHECK_PARTNERS = ("xnnpack",)
+
+
+def check_plugin(
+    plugin: Any,
+    *,
+    name: str | None = None,
+    models: Sequence[str] = PLUGIN_CHECK_MODELS,
+    partners: Sequence[str] = PLUGIN_CHECK_PARTNERS,
+) -> list[str]:
+    """Check a backend plugin against composer's contract on zoo models, as composer uses it.
+
+    Every backend the plugin declares is planned and composed alone and before and after
+    each of ``partners``, on each of ``models``: the plan's partitions must be those lowering
+    makes and the output must match eager (planned only where the backend cannot lower on
+    this machine). Raises ``AssertionError`` listing every problem; returns what was checked.
+    """
+    import warnings
+
+    from composer import zoo
+    from composer.errors import ComposerWarning
+    from composer.registry import PluginInfo, Registry
+
+    registry = Registry.from_entry_points()
+    name = name or getattr(plugin, "__name__", type(plugin).__name__)
+    if not registry.plugin_manager.is_registered(plugin):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ComposerWarning)
+            registry.add_plugin(plugin, PluginInfo(name, "the plugin under test", "0"))
+        skipped = [f for f in registry.failed if f.name == name]
+        if skipped:
+            raise AssertionError(
+                f"composer skips plugin {name!r}: {skipped[0].error}\n"
+                + "\n".join(str(w.message) for w in caught)
+            )
+    backends = [b.name for b in registry.backends.values() if b.plugin is plugin]
+    if not backends:
+        raise AssertionError(f"plugin {name!r} declares no backend in composer_backends.")
+    checked, problems = [], []
+    for backend in backends:
+        stacks = [[backend]]
+        stacks += [[backend, p] for p in partners if p != backend]
+        stacks += [[p, backend] for p in partners if p != backend]
+        for model_name in models:
+            for stack in stacks:
+                what = f"zoo:{model_name} with {','.join(stack)}"
+                model, inputs = zoo.load(model_name)
+                problem = _plugin_check_problem(registry, model, stack, inputs)
+                checked.append(what)
+                if problem is not None:
+                    problems.append(f"{what}: {problem}")
+    if problems:
+        raise AssertionError(
+            f"plugin {name!r} breaks composer's contract:\n  " + "\n  ".join(problems)
+        )
+    return checked
+
+
+def _plugin_check_problem(registry, model, stack: list[str], inputs) -> str | None:
+    import composer
+
+    try:
+        planned = composer.plan(model, stack, inputs, registry=registry)
+        if any(registry.unavailable_reason(b) for b in registry.resolve(stack)):
+            return None  # planned only: the backend cannot lower on this machine
+        composition = composer.compose(model, stack, inputs, registry=registry)
+        if composition.plan.partitions != planned.partitions:
+            return "the plan's partitions differ from those lowering made"
+        verification = composition.verify()
+    except Exception as error:  # noqa: BLE001 - every failure is a finding to report
+        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error) else ''}"
+    return None if verification.ok else f"output differs from eager: {verification}"
+
+
+@pytest.fixture
+def composer_plugin_check() -> Any:
+    """:func:`check_plugin`, for a plugin's own test suite."""
+    return check_plugin
