@@ -34,7 +34,7 @@ import torch.fx
 import composer
 from composer import aoti_host, zoo
 from composer.aoti_host import reference_on
-from composer.compose import _flatten, compare, default_tolerance
+from composer.verification import compare, default_tolerance, flatten_tensors
 
 STACKS = {
     "cuda": ["cuda"],
@@ -180,7 +180,7 @@ def compiled_run(composition, model, inputs, repeats: int) -> dict:
                 isinstance(m, aoti_host.CompiledCudaDelegate) for m in hosted.modules()
             )
             host_inputs = [t.to(host) for t in inputs]
-            actual = [t.cpu() for t in _flatten(hosted(*host_inputs))]
+            actual = [t.cpu() for t in flatten_tensors(hosted(*host_inputs))]
             ok, worst = compare(actual, expected)
             row[f"rest_on_{host}"] = {
                 "max_abs_error": worst,
@@ -189,7 +189,7 @@ def compiled_run(composition, model, inputs, repeats: int) -> dict:
             }
         eager, kind = eager_on_gpu(model, inputs)
         cuda_inputs = [t.to("cuda") for t in inputs]
-        ok, worst = compare([t.cpu() for t in _flatten(eager(*cuda_inputs))], expected)
+        ok, worst = compare([t.cpu() for t in flatten_tensors(eager(*cuda_inputs))], expected)
         row["eager_gpu"] = {
             "module": kind,
             "max_abs_error_vs_cpu": worst,

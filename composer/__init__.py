@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from composer.backend_spec import BackendSpec, Tolerance
-    from composer.compose import Composition, Verification, compose, plan
+    from composer.compose import Composition, compose, plan
     from composer.drop_in import guard, partitioner
     from composer.errors import (
         BackendListError,
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from composer.op_names import op_name
     from composer.plan import Fallback, Partition, Plan
     from composer.registry import Registry, default_registry
+    from composer.verification import Verification
 
 _MODULE_OF = {
     "BackendListError": "composer.errors",
@@ -47,7 +48,7 @@ _MODULE_OF = {
     "PluginError": "composer.errors",
     "Registry": "composer.registry",
     "Tolerance": "composer.backend_spec",
-    "Verification": "composer.compose",
+    "Verification": "composer.verification",
     "compose": "composer.compose",
     "default_registry": "composer.registry",
     "guard": "composer.drop_in",

@@ -178,8 +178,8 @@ def _run(args: argparse.Namespace) -> int:
         _print_program_latency(buffer, loaded, eager, inputs, args.bench)
     if eager is None:
         return 0
-    from composer.compose import compare
     from composer.runtime import installed_tolerance
+    from composer.verification import compare
 
     with torch.no_grad():
         expected = eager(*inputs)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
@@ -14,12 +13,14 @@ from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch.export import ExportedProgram
 
 from composer.atomic import write_all
-from composer.backend_spec import Tolerance
 from composer.errors import BackendListError, ComposerError, ModelError
 from composer.plan import Plan
 from composer.registry import Registry, default_registry
-from composer.runtime import registered_backends, run_program
+from composer.runtime import registered_backends
 from composer.scheduler.stack import StackSettings, lower_stack
+
+if TYPE_CHECKING:
+    from composer.verification import Verification
 
 Model = ExportedProgram | torch.nn.Module
 
@@ -189,45 +190,6 @@ def compose(
     )
 
 
-@attrs.frozen
-class Verification:
-    """How the composed program compared with eager, and which executor ran it."""
-
-    executor: str  # "executorch runtime" or "python reference"
-    max_abs_error: float
-    ok: bool
-    reason: str  # why this executor was chosen
-    tolerance: Tolerance | None = None  # a backend's, when looser than the dtype's default
-
-    def __str__(self) -> str:
-        verdict = "OK" if self.ok else "MISMATCH"
-        within = ""
-        if self.tolerance is not None:
-            within = f", within atol {self.tolerance.atol:g} rtol {self.tolerance.rtol:g}"
-            within += f" ({self.tolerance.reason})" if self.tolerance.reason else ""
-        return (
-            f"{verdict}: max |composed - eager| = {self.max_abs_error:.3g}{within} "
-            f"({self.executor}; {self.reason})"
-        )
-
-
-def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    """(atol, rtol) for comparing with eager: looser for the half types."""
-    if dtype in (torch.float16, torch.bfloat16):
-        return 1e-2, 1e-2
-    if dtype.is_floating_point:
-        return 1e-4, 1e-4
-    return 0.0, 0.0
-
-
-def _flatten(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for item in value for t in _flatten(item)]
-    return []
-
-
 @attrs.define
 class Composition:
     """A composed ExecuTorch program: its bytes, its plan, and a way to check it."""
@@ -253,56 +215,21 @@ class Composition:
 
     def runtime_can_run(self) -> tuple[bool, str]:
         """Whether the ExecuTorch runtime here has every delegate's backend registered."""
-        used = {
-            lowered.backend_id
-            for _name, lowered in self.edge.exported_program().graph_module.named_children()
-            if hasattr(lowered, "backend_id")
-        }
-        missing = sorted(used - registered_backends())
+        missing = sorted(self.delegate_backend_ids() - registered_backends())
         if missing:
             return False, f"the runtime has no {', '.join(missing)}"
         return True, "every delegate's backend is registered in the runtime"
 
+    def delegate_backend_ids(self) -> set[str]:
+        """The ExecuTorch backend ids of this program's delegates."""
+        return {
+            lowered.backend_id
+            for _name, lowered in self.edge.exported_program().graph_module.named_children()
+            if hasattr(lowered, "backend_id")
+        }
+
     def verify(self, inputs: Sequence[Any] | None = None) -> Verification:
-        """Run the composed program and compare with eager.
+        """Run the composed program and compare with eager (see :mod:`composer.verification`)."""
+        from composer.verification import verify
 
-        In the ExecuTorch runtime when it has every backend used; otherwise in Python, where
-        each delegate runs the subgraph it was made from (which checks the wiring, not the
-        backend's kernels).
-        """
-        with torch.no_grad():
-            return self._verify(tuple(self.example_inputs if inputs is None else inputs))
-
-    def _verify(self, inputs: tuple) -> Verification:
-        # Copies, so that models updating buffers in place start from the same state as
-        # the freshly loaded program, however often verify is called.
-        expected = copy.deepcopy(self.eager)(*inputs)
-        can_run, reason = self.runtime_can_run()
-        if can_run:
-            actual = run_program(self.buffer, inputs)
-            executor = "executorch runtime"
-        else:
-            actual = copy.deepcopy(self.reference)(*inputs)
-            executor = "python reference"
-        tolerance = self.plan.tolerance()
-        ok, worst = compare(actual, expected, tolerance)
-        return Verification(executor, worst, ok, reason, tolerance)
-
-
-def compare(actual, expected, tolerance: Tolerance | None = None) -> tuple[bool, float]:
-    """(all close within the dtype's tolerance or a looser backend's, largest difference)."""
-    actual, expected = _flatten(actual), _flatten(expected)
-    if len(actual) != len(expected):
-        return False, float("inf")
-    worst, ok = 0.0, True
-    for got, want in zip(actual, expected):
-        if got.shape != want.shape:
-            return False, float("inf")
-        got = got.to(want.dtype)
-        atol, rtol = default_tolerance(want.dtype)
-        if tolerance is not None and want.dtype.is_floating_point:
-            atol, rtol = max(atol, tolerance.atol), max(rtol, tolerance.rtol)
-        if want.numel():
-            worst = max(worst, (got.double() - want.double()).abs().max().item())
-        ok = ok and torch.allclose(got, want, atol=atol, rtol=rtol)
-    return ok, worst
+        return verify(self, inputs)

@@ -132,8 +132,8 @@ def compare_with_singles(
 
     import torch
 
-    from composer.compose import compare
     from composer.runtime import LoadedProgram
+    from composer.verification import compare
 
     inputs = composition.example_inputs
     eager = copy.deepcopy(composition.eager)

@@ -102,8 +102,6 @@ class Plan:
         return {
             "backends": list(self.backends),
             "stand_ins": list(self.stand_ins),
-            "libraries": dict(self.libraries),
-            "tolerances": {b: t.to_dict() for b, t in self.tolerances.items()},
             "summary": {
                 backend: {
                     "nodes": len(self.nodes_on(backend)),
@@ -121,6 +119,9 @@ class Plan:
                 for name, backend in self.node_backends.items()
             },
             "edges": [list(edge) for edge in self.edges],
+            # added later: new keys go last, so readers of the old order keep working
+            "libraries": dict(self.libraries),
+            "tolerances": {b: t.to_dict() for b, t in self.tolerances.items()},
         }
 
     def to_json(self) -> str:

@@ -22,8 +22,8 @@ from executorch.exir.backend.backend_details import PreprocessResult
 import composer
 from composer import aoti_host, zoo
 from composer.aoti_host import ManifestFormatError, parse_manifest
-from composer.compose import _flatten, compare
 from composer.errors import ComposerError
+from composer.verification import compare, flatten_tensors
 
 FIXTURE = Path(__file__).parent / "data" / "aoti"
 needs_gpu = pytest.mark.skipif(
@@ -235,8 +235,8 @@ def test_compiled_delegates_match_eager(model_name, stack, host):
     with torch.no_grad():
         expected = composition.eager(*inputs)
         actual = hosted(*[t.to(host) for t in inputs])
-    assert all(t.device.type == host for t in _flatten(actual))
-    ok, worst = compare([t.cpu() for t in _flatten(actual)], expected)
+    assert all(t.device.type == host for t in flatten_tensors(actual))
+    ok, worst = compare([t.cpu() for t in flatten_tensors(actual)], expected)
     assert ok, f"max |.so - eager| = {worst}"
     assert aoti_host.weights_check(composition.buffer, composition.data_files) == [
         [] for _ in compiled

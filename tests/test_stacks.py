@@ -79,6 +79,8 @@ def test_plan_json_has_stable_keys():
         "fallbacks",
         "nodes",
         "edges",
+        "libraries",
+        "tolerances",
     ]
     assert data["summary"]["xnnpack"]["partitions"] == 1
 
