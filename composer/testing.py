@@ -96,28 +96,63 @@ def _where(counts: dict[str, int]) -> str:
     return ", ".join(f"{backend} x{n}" for backend, n in counts.items()) or "nowhere"
 
 
-def _stands_for(*values):  # a node of the rebuilt graph; never called
-    raise NotImplementedError
+def check_convex(plan: Plan, lowered: Any) -> None:
+    """Assert, on the program ExecuTorch lowered, that each partition is one delegate in a DAG.
 
+    ``lowered`` is the lowered ``EdgeProgramManager``, ``ExportedProgram`` or graph module.
+    A partition that left itself and came back, or partitions forming a cycle, could not each
+    have become one node of a topologically ordered graph.
+    """
+    import operator
 
-def check_convex(plan: Plan) -> None:
-    """Assert every partition convex and the partitions acyclic, from the plan's own edges."""
     import torch.fx
+    from executorch.exir.delegate import executorch_call_delegate
 
-    from composer.scheduler import find_tag_cycle
+    if hasattr(lowered, "exported_program"):
+        lowered = lowered.exported_program()
+    graph_module = lowered if isinstance(lowered, torch.fx.GraphModule) else lowered.graph_module
+    graph_module.graph.lint()  # raises if a node comes before one of its inputs
+    delegates: dict[frozenset[str], str] = {}
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target is executorch_call_delegate:
+            inner = getattr(graph_module, node.args[0].target).original_module.graph
+            members = frozenset(
+                n.name
+                for n in inner.nodes
+                if n.op == "call_function" and n.target is not operator.getitem
+            )
+            delegates[members] = node.name
+    for partition in plan.partitions:
+        members = frozenset(partition.nodes)
+        assert members in delegates, (
+            f"partition {partition.id} ({', '.join(sorted(members))}) is not one delegate of "
+            "the lowered program"
+        )
+    planned = {frozenset(p.nodes) for p in plan.partitions}
+    assert set(delegates) == planned, (
+        f"delegates the plan does not list: {[delegates[m] for m in set(delegates) - planned]}"
+    )
 
-    graph = torch.fx.Graph()
-    nodes = {name: graph.call_function(_stands_for, (), name=name) for name in plan.node_backends}
-    # Rebuild the data edges as a graph so the scheduler's own cycle check reads them.
-    users: dict[str, list[str]] = {}
-    for a, b in plan.edges:
-        users.setdefault(a, []).append(b)
-    for name, node in nodes.items():
-        for user in users.get(name, []):
-            nodes[user].args = (*nodes[user].args, node)
-    tags = {nodes[n]: p.id for p in plan.partitions for n in p.nodes}
-    path = find_tag_cycle(graph, tags)
-    assert path is None, f"partition not convex: path {' -> '.join(n.name for n in path)}"
+
+def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str, Any]):
+    """The program ``composer.plan`` lowers to stand-ins (it returns only the plan)."""
+    from composer.compose import export_model
+    from composer.registry import default_registry
+    from composer.scheduler.stack import StackSettings, lower_stack
+
+    registry = settings.get("registry") or default_registry()
+    resolved = registry.resolve(backends)
+    stack_settings = StackSettings(
+        options={k: dict(v) for k, v in (settings.get("options") or {}).items()},
+        never={k: frozenset(v) for k, v in (settings.get("never") or {}).items()},
+        min_partition_size=dict(settings.get("min_partition_size") or {}),
+        consolidate=settings.get("consolidate", True),
+    )
+    program = export_model(model, example_inputs)
+    edge, _plan = lower_stack(
+        program, resolved, registry, {b.name for b in resolved}, stack_settings
+    )
+    return edge
 
 
 @attrs.frozen
@@ -156,10 +191,12 @@ class CompositionChecker:
             verification = composition.verify()
             assert verification.ok, f"composed output differs from eager: {verification}"
             result = CheckResult(plan, True, verification.executor, verification.max_abs_error)
+            lowered = composition.edge
         else:
             plan = composer.plan(model, backends, example_inputs, **settings)
             result = CheckResult(plan, False, "not run (planned with stand-ins)", float("nan"))
-        check_convex(plan)
+            lowered = _lowered_with_stand_ins(model, backends, example_inputs, settings)
+        check_convex(plan, lowered)
         if golden is not None:
             self._compare_golden(golden, plan)
         return result

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 import composer
 from composer.strategies import models, stacks
 from composer.testing import check_convex
 
 SHIPPED = ["tensorrt_stub", "xnnpack"]
-FAST = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
-LONG = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = settings(max_examples=12, deadline=None)
+LONG = settings(max_examples=300, deadline=None)
 
 
 def compose_and_check(model, stack):
     composition = composer.compose(model, stack, model.example_inputs)
-    check_convex(composition.plan)
+    check_convex(composition.plan, composition.edge)
     result = composition.verify()
     assert result.ok, (model, stack, result)
 
