@@ -250,9 +250,17 @@ class WithUnused(nn.Module):
 
 
 @pytest.mark.parametrize("stack", [["tensorrt_stub", "xnnpack"], ["xnnpack"], ["greedy"]])
-def test_unused_parameter_and_buffer_do_not_break_lowering(stack):
+def test_unused_buffer_stays_outside_every_delegate(stack):
+    # to_edge drops the unused parameter before any partitioner runs; the unused buffer
+    # reaches them as a constant placeholder without users, which no partition may claim
+    # (tagged, it would move into the delegate that never reads it).
     registry = make_registry(GreedyPlugin())
     composition = composer.compose(WithUnused(), stack, (torch.randn(2, 8),), registry=registry)
+    program = composition.edge.exported_program()
+    assert "unused_buffer" in program.graph_signature.inputs_to_buffers.values()
+    for lowered in lowered_modules(composition).values():
+        inner = lowered.original_module.graph_signature
+        assert "unused_buffer" not in inner.inputs_to_buffers.values()
     assert composition.plan.delegate_calls == 1
     assert composition.verify().ok
 
