@@ -18,6 +18,11 @@ _SCALAR_TYPES = {
     5: torch.float16, 6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
 }  # fmt: skip
 LIBRARY_SPEC_KEY = "composer.library"
+CUDA_HINT = (
+    " CudaBackend delegates need ExecuTorch's C++ CUDA runtime, which the pip wheel lacks; on "
+    "a machine with a CUDA GPU, `composer lower MODEL --backends ... --verify` runs their "
+    "compiled .so hosted by libtorch."
+)
 
 
 class NativeLog:
@@ -130,10 +135,12 @@ class LoadedProgram:
                     "only loads under the version that compiled it: lower the model again here, "
                     "or install the version it was lowered with."
                 ) from error
+            lacking = sorted(program_backend_ids(program) - registered_backends())
+            hint = CUDA_HINT if "CudaBackend" in lacking else ""
             raise ComposerError(
                 f"the ExecuTorch runtime cannot load method {method!r}: {error}{_because(log)}. "
-                "A delegate whose backend this runtime lacks fails here; it has: "
-                f"{', '.join(sorted(registered_backends()))}."
+                + (f"It has no {', '.join(lacking)}; " if lacking else "")
+                + f"it has: {', '.join(sorted(registered_backends()))}.{hint}"
             ) from error
 
     def check_inputs(self, inputs: Sequence[object]) -> None:
