@@ -56,6 +56,9 @@ def composer_backends() -> list[BackendSpec]:
     """
 
 
+# composer calls each hook below on the one plugin that declared the backend
+# (``Registry.call``); firstresult makes the call return that plugin's answer itself rather
+# than a list of one.
 @hookspec(firstresult=True)
 def composer_operator_support(
     backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
@@ -87,7 +90,8 @@ def composer_partitioner(backend: BackendSpec, program: ExportedProgram) -> Part
     """Return a native ExecuTorch ``Partitioner`` that decides what ``backend`` takes.
 
     Use this to reuse an existing partitioner (``XnnpackPartitioner``). composer runs it
-    on a copy of the program, reads the nodes it tagged, and re-forms them into convex
+    on the very program it is partitioning (earlier backends' delegates already in it), reads
+    the nodes it tagged, takes those tags off again and re-forms the nodes into convex
     partitions: tags it put on earlier delegates, graph inputs or outputs are removed with
     a warning that names your plugin, and a non-convex tag is split. Constants it tagged
     stay with it (duplicated where another backend reads them too; the plan counts the

@@ -8,9 +8,11 @@ nodes grouped by level. Then:
 * each partition is convex: a path that leaves it and comes back cannot rise, so it meets
   no unsupported node, so every node on it is supported and of that level: inside;
 * the graph with every partition collapsed is acyclic, by the same argument on a cycle;
-* no valid partitioning has fewer partitions: a path that goes supported node, unsupported
-  node(s), supported node, ... forces a new partition at every such step, and the deepest
-  supported node's level counts exactly those steps on its longest path.
+* with ``min_size`` 1, no valid partitioning has fewer partitions: a path that goes
+  supported node, unsupported node(s), supported node, ... forces a new partition at every
+  such step, and the deepest supported node's level counts exactly those steps on its
+  longest path. A larger ``min_size`` drops the partitions below it and re-runs on what is
+  left; the result keeps the two properties above but is not proven minimal.
 
 Levels start as soon as possible; a backward pass then moves a node up into its consumers'
 stage where that stage already holds its colour (a weight's transpose joins the matmul that
