@@ -22,8 +22,9 @@ class GuardedPartitioner(Partitioner):
 
     Tags on earlier delegates, user inputs and the output are removed; a tag whose nodes are
     not convex, or that closes a cycle with another tag, is split into convex parts named
-    ``<tag>_<i>`` (any other tag stays whole, unconnected pieces and all); constants are re-tagged by composer's rule (with the partition that reads
-    them; shared by partitions, they stay outside unless ``inner`` asked for them).
+    ``<tag>_<i>`` (any other tag stays whole, unconnected pieces and all); constants are
+    re-tagged by composer's rule (with the partition that reads them; shared by partitions,
+    they stay outside unless ``inner`` asked for them).
     """
 
     def __init__(self, inner: Partitioner) -> None:
