@@ -65,6 +65,12 @@ class ContractPlugin:
         return self.keep_whole
 
 
+class NamedSpecs(ContractPlugin):
+    @hookimpl
+    def composer_compile_specs(self, backend, method_name):
+        return ["fast"]
+
+
 PLUGINS = [
     ContractPlugin("crashing", "CrashingCompilerBackend"),
     ContractPlugin("plain_bytes", "PlainBytesBackend"),
@@ -73,6 +79,7 @@ PLUGINS = [
     ContractPlugin("undecided", "CrashingCompilerBackend", support=CannotDecide),
     ContractPlugin("not_support", "CrashingCompilerBackend", support=lambda: {"aten.relu"}),
     ContractPlugin("numeric", "CrashingCompilerBackend", support=NumericReasons),
+    NamedSpecs("named_specs", "CrashingCompilerBackend"),
 ]
 
 

@@ -281,7 +281,8 @@ class ComposerPartitioner(Partitioner):
                 return False
             if node.name in moved:
                 declined[node.name] = (
-                    f"left to {moved[node.name]}: a small island between its partitions"
+                    f"left to {moved[node.name]}: a small island between its partitions, moved "
+                    "to save a round trip off its device"
                 )
                 return False
             ok = answer(node)
@@ -441,7 +442,9 @@ class ComposerPartitioner(Partitioner):
         return STAND_IN_BACKEND_ID if self.stand_in else self.backend.spec.backend_id
 
     def _compile_specs(self, native: list[CompileSpec]) -> list[CompileSpec]:
-        if self.stand_in:
+        # A stand-in for a backend that lowers here still asks the plugin, so that a plan
+        # that succeeds means lowering gets the same valid answer.
+        if self.stand_in and not self.check_backend_class:
             return stand_in_compile_specs(self.backend.spec)
         specs = self.registry.call(
             "composer_compile_specs",
@@ -450,14 +453,16 @@ class ComposerPartitioner(Partitioner):
             options=self.options,
         )
         if specs is None:
-            return list(native)
+            return stand_in_compile_specs(self.backend.spec) if self.stand_in else list(native)
         if not isinstance(specs, list | tuple) or not all(
             isinstance(s, CompileSpec) for s in specs
         ):
             raise PluginError(
-                f"plugin {self.backend.origin.name!r} returned {specs!r} from "
-                "composer_compile_specs; it must return a list of CompileSpec or None."
+                f"{self._plugin()} returned {specs!r} from composer_compile_specs; it must "
+                "return a list of executorch's CompileSpec or None."
             )
+        if self.stand_in:
+            return stand_in_compile_specs(self.backend.spec)
         return list(specs)
 
     def _native_partitioner(self, ep: ExportedProgram) -> Partitioner | None:
@@ -563,4 +568,6 @@ class Consolidation:
                 (p.backend.name for p in self.partitioners if name in supported[p.backend.name]),
                 PORTABLE,
             )
-        self.moves = islands_to_move(self.owner, supported, compute_edges(graph, guarded))
+        devices = {p.backend.name: p.backend.spec.device for p in self.partitioners}
+        edges = compute_edges(graph, guarded)
+        self.moves = islands_to_move(self.owner, supported, edges, devices)
