@@ -119,6 +119,7 @@ def one_line_error(capsys, argv: list[str]) -> str:
         ),
         ("no_class", "backend id 'NoSuchBackend', but no BackendDetails subclass", True),
         ("op_names", "returned 'aten.linear.default' from composer_ops_to_not_decompose", True),
+        ("named_specs", "returned ['fast'] from composer_compile_specs; it must return", True),
         (
             "undecided",
             "CannotDecide.is_node_supported raised on node aten_permute_copy_default",
