@@ -12,22 +12,61 @@ import composer
 from composer import zoo
 from composer.scheduler.consolidate import islands_to_move
 
+DEVICES = {"gpu": "cuda", "dsp": "cuda", "cpu": "cpu", "cpu2": "cpu"}
 
-def test_island_between_partitions_of_one_backend_goes_to_it():
+
+def test_host_island_between_accelerator_partitions_goes_to_the_accelerator():
     owner = {"a": "gpu", "b": "cpu", "c": "gpu", "d": "portable"}
     edges = [("a", "b"), ("b", "c"), ("c", "d")]
-    assert islands_to_move(owner, {"gpu": {"a", "b", "c"}, "cpu": {"b"}}, edges) == {"b": "gpu"}
+    supported = {"gpu": {"a", "b", "c"}, "cpu": {"b"}}
+    assert islands_to_move(owner, supported, edges, DEVICES) == {"b": "gpu"}
     # Not when the surrounding backend cannot take it, nor when it has two neighbours.
-    assert islands_to_move(owner, {"gpu": {"a", "c"}, "cpu": {"b"}}, edges) == {}
+    assert islands_to_move(owner, {"gpu": {"a", "c"}, "cpu": {"b"}}, edges, DEVICES) == {}
     owner["c"] = "dsp"
-    assert islands_to_move(owner, {"gpu": {"a", "b"}, "dsp": {"b", "c"}}, edges) == {}
+    assert islands_to_move(owner, {"gpu": {"a", "b"}, "dsp": {"b", "c"}}, edges, DEVICES) == {}
+
+
+def test_islands_stay_where_no_device_round_trip_is_saved():
+    edges = [("a", "b"), ("b", "c")]
+    # Both backends on the host: the declared order stands.
+    owner = {"a": "cpu2", "b": "cpu", "c": "cpu2"}
+    assert islands_to_move(owner, {"cpu2": {"a", "b", "c"}, "cpu": {"b"}}, edges, DEVICES) == {}
+    # An accelerator island between host partitions stays on the accelerator.
+    owner = {"a": "cpu", "b": "gpu", "c": "cpu"}
+    assert islands_to_move(owner, {"cpu": {"a", "b", "c"}, "gpu": {"b"}}, edges, DEVICES) == {}
+    # One accelerator op between host ops (host -> gpu -> host): the host ops make no trip
+    # off the accelerator, so they keep their backend.
+    owner = {"a": "cpu", "b": "gpu", "c": "cpu"}
+    supported = {"gpu": {"a", "b", "c"}, "cpu": {"a", "c"}}
+    assert islands_to_move(owner, supported, [("a", "b"), ("b", "c"), ("a", "c")], DEVICES) == {}
 
 
 def test_large_islands_keep_their_backend():
     owner = {"a": "gpu", **{f"x{i}": "cpu" for i in range(9)}, "z": "gpu"}
     chain = ["a", *(f"x{i}" for i in range(9)), "z"]
     edges = list(itertools.pairwise(chain))
-    assert islands_to_move(owner, {"gpu": set(owner)}, edges) == {}
+    assert islands_to_move(owner, {"gpu": set(owner)}, edges, DEVICES) == {}
+
+
+def test_two_cpu_backends_keep_the_declared_order():
+    # Issue: with [openvino, xnnpack] the old rule handed all of openvino's islands to xnnpack.
+    model, inputs = zoo.load("transformer_block")
+    strict = composer.plan(model, ["openvino", "xnnpack"], inputs, consolidate=False)
+    default = composer.plan(model, ["openvino", "xnnpack"], inputs)
+    assert default.node_backends == strict.node_backends
+    assert default.nodes_on("openvino")
+
+
+def test_cumsum_mlp_on_xnnpack_cuda_keeps_xnnpack_around_one_cuda_partition():
+    model, inputs = zoo.load("cumsum_mlp")
+    plan = composer.plan(model, ["xnnpack", "cuda"], inputs)
+    assert len(plan.partitions_of("cuda")) == 1
+    assert len(plan.nodes_on("xnnpack")) == 4
+    assert not any(
+        answer.startswith("left to ")
+        for answers in plan.decisions.values()
+        for _, answer in answers
+    )
 
 
 def planned(monkeypatch, model, stack, inputs, **settings):
