@@ -106,6 +106,7 @@ def _lower(args: argparse.Namespace) -> int:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
     _interrupts.check()
     composition.save(output, extra=extra)
+    _interrupts.written = [output, *extra]
     print(composition.plan.summary_table())
     written = ", ".join(str(p) for p in [output, *extra])
     print(f"wrote {written} ({len(composition.buffer):,} bytes of program)")
@@ -342,6 +343,7 @@ class _Interrupts:
 
     def __init__(self) -> None:
         self.received = False
+        self.written: list[Path] = []  # what this run saved, should Ctrl-C come after
 
     def on_signal(self, signum, frame) -> None:
         self.received = True
@@ -376,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"composer: interrupted after writing {interrupt}", file=sys.stderr)
         return INTERRUPTED
     except KeyboardInterrupt:
-        print("composer: interrupted; nothing was written", file=sys.stderr)
+        written = ", ".join(map(str, _interrupts.written))
+        print(f"composer: interrupted after writing {written}" if written else
+              "composer: interrupted; nothing was written", file=sys.stderr)  # fmt: skip
         return INTERRUPTED
     finally:
         # Run as the program (no argv), what is left is the interpreter's exit: a Ctrl-C there
@@ -439,6 +443,8 @@ def _main(argv: list[str] | None) -> int:
         with _upstream_quieted(args.debug):
             return args.run(args)
     except ComposerError as error:
+        if _interrupts.received:  # a library turned the interrupt into an error of its own
+            raise KeyboardInterrupt from error
         if args.debug:
             raise
         print(f"composer: error: {error}", file=sys.stderr)

@@ -88,3 +88,19 @@ def test_ctrl_c_that_python_swallows_still_stops_the_run(capsys, tmp_path, monke
         ["swallowed.py"],
         ["__pycache__", "swallowed.py"],
     )
+
+
+def test_ctrl_c_that_a_library_turns_into_an_error_is_still_an_interrupt(
+    capsys, tmp_path, monkeypatch
+):
+    from composer.cli import main
+
+    (tmp_path / "wrapped.py").write_text(
+        FACTORY + "\n\ndef failing():\n    model()\n    raise ValueError('stopped')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["lower", "wrapped:failing", "--backends", "xnnpack", "-o", "m.pte"])
+    err = capsys.readouterr().err
+    assert code == 130
+    assert err.strip() == "composer: interrupted; nothing was written"
