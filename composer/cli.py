@@ -27,7 +27,9 @@ def _stack(args: argparse.Namespace):
     path = Path(args.config) if args.config else find_config(Path.cwd())
     if args.config and not path.is_file():
         raise ComposerError(f"no such config file: {args.config}")
-    stack = load_config(path).with_overrides(args.backends, args.option, args.no_consolidate)
+    stack = load_config(path).with_overrides(
+        args.backends, args.option, args.no_consolidate, args.placement
+    )
     if not stack.backends:
         raise ComposerError(
             "no backends given: pass --backends a,b or set backends in [tool.composer] of "
@@ -41,7 +43,7 @@ def _settings(stack) -> dict:
         "options": stack.options,
         "never": stack.never,
         "min_partition_size": stack.min_partition_size,
-        "consolidate": stack.consolidate,
+        "placement": stack.placement,
     }
 
 
@@ -125,7 +127,7 @@ def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None
     from composer.latency import compare_with_singles, latency_table
 
     def compose_single(name: str):
-        settings = {key: value for key, value in _settings(stack).items() if key != "consolidate"}
+        settings = {key: value for key, value in _settings(stack).items() if key != "placement"}
         only = {key: {name: v[name]} if name in v else {} for key, v in settings.items()}
         return composer.compose(model, [name], inputs, **only)
 
@@ -281,8 +283,12 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", help="composer.toml or pyproject.toml (default: the one in this directory)"
     )
     parser.add_argument(
-        "--no-consolidate", action="store_true",
-        help="plain priority order: do not hand small islands to the backend around them",
+        "--placement", choices=("priority", "strict"),
+        help="priority (default): first backend that can take an op, except a host island "
+        "between accelerator partitions, which joins the accelerator; strict: no exception",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-consolidate", action="store_true", help="the same as --placement strict",
     )  # fmt: skip
 
 

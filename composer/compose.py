@@ -59,6 +59,9 @@ def _example_inputs(program: ExportedProgram, given: Sequence[Any] | None) -> tu
     return ()
 
 
+PLACEMENTS = ("priority", "strict")
+
+
 def _settings(resolved, options, never, min_partition_size, progress, consolidate) -> StackSettings:
     names = {backend.name for backend in resolved}
     for what, given in (
@@ -82,6 +85,12 @@ def _settings(resolved, options, never, min_partition_size, progress, consolidat
         progress=progress,
         consolidate=consolidate,
     )
+
+
+def _consolidates(placement: str, consolidate: bool) -> bool:
+    if placement not in PLACEMENTS:
+        raise ComposerError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}.")
+    return consolidate and placement == "priority"
 
 
 def _prepare(backends, registry, plan_only):
@@ -111,6 +120,7 @@ def plan(
     min_partition_size: Mapping[str, int] | None = None,
     progress: Callable[[str], None] | None = None,
     consolidate: bool = True,
+    placement: str = "priority",
     registry: Registry | None = None,
 ) -> Plan:
     """Work out which backend takes which node, without compiling anything.
@@ -119,6 +129,7 @@ def plan(
     The keyword arguments are as for :func:`compose`.
     """
     resolved, registry, unavailable = _prepare(backends, registry, True)
+    consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
     program = export_model(model, example_inputs)
     # Plan mode compiles nothing: every backend lowers to the stand-in.
@@ -149,6 +160,7 @@ def compose(
     min_partition_size: Mapping[str, int] | None = None,
     progress: Callable[[str], None] | None = None,
     consolidate: bool = True,
+    placement: str = "priority",
     registry: Registry | None = None,
 ) -> Composition:
     """Lower ``model`` with ``backends`` in priority order into one ExecuTorch program.
@@ -156,11 +168,13 @@ def compose(
     By backend name: ``options`` (``{"cuda": {"max_autotune": "OFF"}}``), ``never`` (ops it
     must not take: ``{"tensorrt_stub": ["aten._softmax.default"]}``) and
     ``min_partition_size`` (overrides the backend's). ``progress`` gets one line per backend
-    and partition as lowering goes. ``consolidate`` gives a small island of one backend
-    between partitions of another to that other backend when it can take it (fewer delegate
-    calls and device crossings than plain priority order); ``False`` keeps plain order.
+    and partition as lowering goes. ``placement="priority"`` (the default) gives every op to
+    the first backend that can take it, except a small host island between partitions of an
+    accelerator backend, which joins that backend when it can take it (a device round trip
+    saved); ``"strict"`` (or the older ``consolidate=False``) makes no exception.
     """
     resolved, registry, stand_ins = _prepare(backends, registry, False)
+    consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
     program = export_model(model, example_inputs)
     edge, result = lower_stack(program, resolved, registry, stand_ins, settings)

@@ -12,7 +12,9 @@ tensorrt_stub = 3
 [tool.composer.never]                # pins: ops a backend must not take
 tensorrt_stub = ["aten._softmax.default"]
 
-``consolidate = false`` (top level) keeps plain priority order: no island is handed over.
+``placement = "strict"`` (top level) keeps plain priority order: no island is handed over;
+``"priority"``, the default, moves a host island between accelerator partitions to the
+accelerator. ``consolidate = false`` is the older spelling of ``placement = "strict"``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import attrs
 
 from composer.errors import ComposerError
 
-KEYS = {"backends", "options", "min_partition_size", "never", "consolidate"}
+KEYS = {"backends", "options", "min_partition_size", "never", "consolidate", "placement"}
+PLACEMENTS = ("priority", "strict")
 
 
 @attrs.frozen
@@ -36,11 +39,18 @@ class StackConfig:
     options: dict[str, dict[str, str]] = attrs.field(factory=dict)
     min_partition_size: dict[str, int] = attrs.field(factory=dict)
     never: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
-    consolidate: bool = True  # hand small islands to the backend around them
-    source: str | None = None  # the file it came from
+    placement: str = "priority"  # or "strict": see the module docstring
+
+    @property
+    def consolidate(self) -> bool:
+        return self.placement == "priority"
 
     def with_overrides(
-        self, backends: str | None, options: list[str], plain_order: bool = False
+        self,
+        backends: str | None,
+        options: list[str],
+        plain_order: bool = False,
+        placement: str | None = None,
     ) -> StackConfig:
         """Command-line ``--backends a,b`` and ``--option backend.name=value`` win."""
         merged = {name: dict(values) for name, values in self.options.items()}
@@ -51,8 +61,8 @@ class StackConfig:
                 raise ComposerError(f"--option takes BACKEND.NAME=VALUE, not {item!r}.")
             merged.setdefault(backend, {})[name] = value
         chosen = tuple(b.strip() for b in backends.split(",")) if backends else self.backends
-        consolidate = self.consolidate and not plain_order
-        return attrs.evolve(self, backends=chosen, options=merged, consolidate=consolidate)
+        chosen_placement = "strict" if plain_order else (placement or self.placement)
+        return attrs.evolve(self, backends=chosen, options=merged, placement=chosen_placement)
 
 
 def find_config(directory: Path) -> Path | None:
@@ -97,8 +107,7 @@ def load_config(path: Path | None) -> StackConfig:
             name: tuple(_strings(ops, path, f"never.{name}"))
             for name, ops in _table(table.get("never", {}), path, "never").items()
         },
-        consolidate=_boolean(table.get("consolidate", True), path),
-        source=str(path),
+        placement=_placement(table, path),
     )
 
 
@@ -119,6 +128,22 @@ def _strings(value: Any, path: Path, key: str) -> list[str]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ComposerError(f"{path}: {key} must be a list of strings.")
     return list(value)
+
+
+def _placement(table: dict[str, Any], path: Path) -> str:
+    placement = table.get("placement", "priority")
+    if placement not in PLACEMENTS:
+        raise ComposerError(
+            f"{path}: placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}."
+        )
+    if not _boolean(table.get("consolidate", True), path):
+        if "placement" in table and placement != "strict":
+            raise ComposerError(
+                f"{path}: consolidate = false and placement = {placement!r} contradict each "
+                'other; keep placement = "strict" alone.'
+            )
+        return "strict"
+    return placement
 
 
 def _boolean(value: Any, path: Path) -> bool:

@@ -146,7 +146,8 @@ def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str,
         options={k: dict(v) for k, v in (settings.get("options") or {}).items()},
         never={k: frozenset(v) for k, v in (settings.get("never") or {}).items()},
         min_partition_size=dict(settings.get("min_partition_size") or {}),
-        consolidate=settings.get("consolidate", True),
+        consolidate=settings.get("consolidate", True)
+        and settings.get("placement", "priority") == "priority",
     )
     program = export_model(model, example_inputs)
     edge, _plan = lower_stack(

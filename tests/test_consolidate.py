@@ -119,3 +119,26 @@ def test_zoo_models_get_fewer_calls_and_crossings_with_the_same_outputs(monkeypa
     if "cuda" not in stack:
         result = composer.compose(model, stack, inputs).verify()
         assert result.ok, result
+
+
+def test_placement_strict_is_plain_priority_order_everywhere(tmp_path, capsys, monkeypatch):
+    from composer.cli import main
+
+    model, inputs = zoo.load("transformer_block")
+    strict = composer.plan(model, ["xnnpack", "tensorrt_stub"], inputs, placement="strict")
+    old = composer.plan(model, ["xnnpack", "tensorrt_stub"], inputs, consolidate=False)
+    default = composer.plan(model, ["xnnpack", "tensorrt_stub"], inputs)
+    assert strict.node_backends == old.node_backends != default.node_backends
+    with pytest.raises(composer.ComposerError, match="placement must be one of priority, strict"):
+        composer.plan(model, ["xnnpack"], inputs, placement="fastest")
+    argv = ["plan", "zoo:transformer_block", "--backends", "xnnpack,tensorrt_stub"]
+    assert main([*argv, "--placement", "strict"]) == 0
+    from_flag = capsys.readouterr().out
+    assert f"delegate calls: {strict.delegate_calls} " in from_flag
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "composer.toml").write_text('placement = "strict"\n')
+    assert main(argv) == 0
+    assert capsys.readouterr().out == from_flag
+    (tmp_path / "composer.toml").write_text('placement = "priority"\nconsolidate = false\n')
+    assert main(argv) == 2
+    assert "contradict each other" in capsys.readouterr().err
