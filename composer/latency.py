@@ -27,25 +27,30 @@ class Latency:
         return cls(statistics.median(ordered) * 1e6, p90 * 1e6, len(ordered))
 
 
+BLOCK = 10  # consecutive calls of one candidate before the next takes its turn
+
+
 def interleaved(
-    candidates: Mapping[str, Callable[[], object]], runs: int, warmup: int = 5
+    candidates: Mapping[str, Callable[[], object]], runs: int, block: int = BLOCK
 ) -> dict[str, Latency]:
-    """Time every candidate ``runs`` times, one call of each in turn, after ``warmup`` rounds.
+    """Time every candidate ``runs`` times, the candidates taking turns in blocks of calls.
 
     Taking turns spreads the machine's slow moments over all candidates alike, so their
-    ratios hold even when the absolute numbers drift.
+    ratios hold even when the absolute numbers drift. Blocks, each led by one untimed call,
+    keep one runtime's worker threads (OpenVINO's and PyTorch's spin after a call) from
+    slowing the next candidate's timed calls: strict alternation on 2 cores made one
+    XNNPACK program 3x slower after an OpenVINO one than alone.
     """
-    if runs < 1:
-        raise ValueError("runs must be at least 1")
-    for _ in range(warmup):
-        for call in candidates.values():
-            call()
+    if runs < 1 or block < 1:
+        raise ValueError("runs and block must be at least 1")
     times: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(runs):
+    while any(len(samples) < runs for samples in times.values()):
         for name, call in candidates.items():
-            started = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - started)
+            call()  # untimed: the switch from the previous candidate
+            for _ in range(min(block, runs - len(times[name]))):
+                started = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - started)
     return {name: Latency.of(samples) for name, samples in times.items()}
 
 
