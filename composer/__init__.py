@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         PluginError,
     )
     from composer.op_names import op_name
+    from composer.options import Option
     from composer.plan import Fallback, Partition, Plan
     from composer.registry import Registry, default_registry
     from composer.verification import Verification
@@ -42,6 +43,7 @@ _MODULE_OF = {
     "Composition": "composer.compose",
     "Fallback": "composer.plan",
     "ModelError": "composer.errors",
+    "Option": "composer.options",
     "Partition": "composer.plan",
     "PartitionError": "composer.errors",
     "Plan": "composer.plan",
@@ -65,6 +67,7 @@ __all__ = [
     "Composition",
     "Fallback",
     "ModelError",
+    "Option",
     "Partition",
     "PartitionError",
     "Plan",

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from torch.fx.passes.operator_support import OperatorSupportBase
 
     from composer.backend_spec import BackendSpec
+    from composer.options import Option
 
 PROJECT_NAME = "composer"
 
@@ -60,6 +61,33 @@ def composer_backends() -> list[BackendSpec]:
 # (``Registry.call``); firstresult makes the call return that plugin's answer itself rather
 # than a list of one.
 @hookspec(firstresult=True)
+def composer_options(backend: BackendSpec) -> list[Option] | None:
+    """Declare the options ``backend`` takes, as a list of :class:`composer.Option`.
+
+    Users set them as ``options={"mybackend": {"precision": "fp16"}}`` in Python, as
+    ``--option mybackend.precision=fp16`` on the command line, or under
+    ``[tool.composer.options.mybackend]`` in the config. composer checks them once, before
+    any work: a name you did not declare, or a value outside an option's ``choices``, is a
+    ``composer.ComposerError`` (exit 2) that lists your options or the allowed values. A
+    value matching a choice in another case is passed on as the choice is spelt here
+    (``off`` -> ``OFF``). Your other hooks then get ``options``: every value the user gave,
+    as a string, plus the ``default`` of each option left unset (options with no default
+    are then absent)::
+
+        @hookimpl
+        def composer_options(backend):
+            return [
+                composer.Option("precision", choices=("fp32", "fp16"), default="fp32",
+                                help="the precision the delegate computes in"),
+                composer.Option("device_id", help="which device, when there are several"),
+            ]
+
+    Not implemented, or ``None``: the backend takes no options, and any option given for it
+    is an error. ``composer backends`` lists each backend's options with their help.
+    """
+
+
+@hookspec(firstresult=True)
 def composer_operator_support(
     backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
 ) -> OperatorSupportBase | None:
@@ -77,8 +105,8 @@ def composer_operator_support(
     reason for each node it declines (otherwise: "unsupported op").
 
     ``options`` are the user's options for this backend (``compose(..., options={"name":
-    {...}})``), strings by name; an empty mapping when none were given. Raise
-    ``composer.ComposerError`` for an option you do not know.
+    {...}})``), strings by name, already checked against what ``composer_options`` declares
+    and with its defaults filled in; an empty mapping when the backend has none.
 
     Return ``None`` to use ``composer_partitioner`` instead. A backend must implement one of
     the two.

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from types import MappingProxyType
 
 import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.backend_spec import BackendSpec
-from composer.errors import ComposerError
 from composer.hookspecs import hookimpl
 from composer.op_names import overload_of
+from composer.options import Option, check_options
 
 
 @functools.cache
@@ -143,14 +142,14 @@ class AotiOperatorSupport(OperatorSupportBase):
 class AotiPlugin:
     """A composer plugin for one AOTInductor-driven ExecuTorch backend.
 
-    Subclasses set ``spec``, ``inductor_device`` and ``options`` (name -> (allowed values,
-    default, help)) and implement ``backend_class``, ``unavailable_reason`` and, where the
-    backend replaces some ops itself, ``special_case``.
+    Subclasses set ``spec``, ``inductor_device`` and ``options`` (the ``Option``s the backend
+    takes) and implement ``backend_class``, ``unavailable_reason`` and, where the backend
+    replaces some ops itself, ``special_case``.
     """
 
     spec: BackendSpec
     inductor_device: str
-    options: Mapping[str, tuple[tuple[str, ...] | None, str | None, str]] = MappingProxyType({})
+    options: tuple[Option, ...] = ()
 
     # --- what differs per backend ---------------------------------------------------
 
@@ -183,32 +182,18 @@ class AotiPlugin:
         return self._shims
 
     def checked_options(self, options: Mapping[str, str] | None) -> dict[str, str]:
-        """``options`` with defaults filled in; an unknown name or value is a ComposerError."""
-        given = dict(options or {})
-        for name, value in given.items():
-            if name not in self.options:
-                known = ", ".join(sorted(self.options)) or "none"
-                raise ComposerError(
-                    f"unknown option {name!r} for backend {self.spec.name!r}; known: {known}."
-                )
-            allowed = self.options[name][0]
-            if allowed is not None and str(value).upper() not in allowed:
-                raise ComposerError(
-                    f"option {name!r} of backend {self.spec.name!r} must be one of "
-                    f"{', '.join(allowed)}, not {value!r}."
-                )
-        result = {name: default for name, (_, default, _) in self.options.items() if default}
-        result.update(
-            {
-                name: str(value).upper() if self.options[name][0] else str(value)
-                for name, value in given.items()
-            }
-        )
-        return result
+        # composer has checked them already on its own path; composer.partitioner("cuda",
+        # ...) and direct hook calls reach the hooks without that check, and checking twice
+        # changes nothing.
+        return check_options(self.spec.name, self.options, options)
 
     @hookimpl
     def composer_backends(self):
         return [self.spec]
+
+    @hookimpl
+    def composer_options(self, backend):
+        return list(self.options)
 
     @hookimpl
     def composer_unavailable_reason(self, backend):

@@ -8,11 +8,11 @@ Options (``compose(..., options={"cuda": {...}})`` or ``--option cuda.NAME=VALUE
 from __future__ import annotations
 
 import importlib.util
-from types import MappingProxyType
 
 import torch
 
 from composer.backend_spec import BackendSpec
+from composer.options import Option
 from composer.plugins.aoti import AotiPlugin
 
 ON_OFF = ("ON", "OFF")
@@ -27,13 +27,11 @@ class CudaPlugin(AotiPlugin):
         description="ExecuTorch's CUDA backend (AOTInductor); needs a CUDA GPU to lower",
     )
     inductor_device = "cuda"
-    options = MappingProxyType(
-        {
-            "triton_kernel_mode": (ON_OFF, None, "ExecuTorch's Triton kernels (bf16 SDPA...)"),
-            "max_autotune": (ON_OFF, None, "Inductor max-autotune"),
-            "low_memory_mode": (ON_OFF, None, "compile with weights kept off the GPU"),
-            "target_device": (None, "cuda:0", "the CUDA device the delegate runs on"),
-        }
+    options = (
+        Option("triton_kernel_mode", ON_OFF, help="ExecuTorch's Triton kernels (bf16 SDPA...)"),
+        Option("max_autotune", ON_OFF, help="Inductor max-autotune"),
+        Option("low_memory_mode", ON_OFF, help="compile with weights kept off the GPU"),
+        Option("target_device", default="cuda:0", help="the CUDA device the delegate runs on"),
     )
 
     def backend_class(self) -> type:

@@ -23,10 +23,11 @@ from pathlib import Path
 from composer.backend_spec import BackendSpec, Tolerance
 from composer.errors import ComposerError
 from composer.hookspecs import hookimpl
+from composer.options import Option, check_options
 
 INSTALL = "pip install 'executorch-composer[openvino]'"
 LIBRARY_SPEC_KEY = "composer.library"
-OPTIONS = {"device": "CPU"}
+OPTIONS = (Option("device", default="CPU", help="the OpenVINO device: CPU, GPU, NPU, AUTO..."),)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -91,13 +92,10 @@ def unavailable_reason() -> str | None:
 
 def checked_options(options: Mapping[str, str] | None) -> dict[str, str]:
     """The options with defaults filled in; an unknown name is a ComposerError."""
-    given = dict(options or {})
-    unknown = sorted(set(given) - set(OPTIONS))
-    if unknown:
-        raise ComposerError(
-            f"unknown option {unknown[0]!r} for backend 'openvino'; known: {', '.join(OPTIONS)}."
-        )
-    return {**OPTIONS, **{name: str(value).upper() for name, value in given.items()}}
+    # Checked again here for composer.partitioner("openvino", ...), which reaches the hooks
+    # without composer's check; OpenVINO's device names are upper case.
+    checked = check_options("openvino", OPTIONS, options)
+    return {**checked, "device": checked["device"].upper()}
 
 
 def _require_openvino() -> None:
@@ -109,6 +107,11 @@ def _require_openvino() -> None:
 @hookimpl
 def composer_backends():
     return [_spec()]
+
+
+@hookimpl
+def composer_options(backend):
+    return list(OPTIONS)
 
 
 @hookimpl
