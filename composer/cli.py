@@ -38,16 +38,20 @@ def _stack(args: argparse.Namespace):
     return stack
 
 
-def _settings(stack) -> dict:
-    return {
+def _settings(stack, args: argparse.Namespace) -> dict:
+    settings = {
         "options": stack.options,
         "never": stack.never,
         "min_partition_size": stack.min_partition_size,
         "placement": stack.placement,
     }
+    if stack.placement == "measured":
+        settings.update(tune_budget=args.tune_budget, cache=not args.no_cache)
+    return settings
 
 
 def _backends(args: argparse.Namespace) -> int:
+    from composer.options import declared_options
     from composer.registry import default_registry
 
     registry = default_registry()
@@ -65,6 +69,25 @@ def _backends(args: argparse.Namespace) -> int:
             )
         )
     print(_table(rows))
+    options = [("option (--option BACKEND.NAME=VALUE)", "values", "help")]
+    takes_none = []
+    for name, backend in sorted(registry.backends.items()):
+        try:
+            declared = declared_options(backend)
+        except ComposerError as error:  # one plugin's broken hook must not hide the others
+            options.append((name, "?", str(error)))
+            continue
+        if not declared:
+            takes_none.append(name)
+        for option in declared:
+            values = "|".join(option.choices) if option.choices else "any"
+            if option.default is not None:
+                values += f", default {option.default}"
+            options.append((f"{name}.{option.name}", values, option.help))
+    if len(options) > 1:
+        print(_table(options))
+    if takes_none:
+        print(f"no options: {', '.join(takes_none)}")
     for failed in registry.failed:
         print(f"failed to load plugin {failed.name} ({failed.distribution}): {failed.error}")
     return 0
@@ -76,7 +99,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     stack = _stack(args)
     model, inputs = load_model(args.model)
-    plan = composer.plan(model, list(stack.backends), inputs, **_settings(stack))
+    plan = composer.plan(model, list(stack.backends), inputs, **_settings(stack, args))
     print(plan.to_json() if args.json else plan.summary_table())
     return 0
 
@@ -102,7 +125,7 @@ def _lower(args: argparse.Namespace) -> int:
             print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
     composition = composer.compose(model, list(stack.backends), inputs, progress=progress,
-                                   **_settings(stack))  # fmt: skip
+                                   **_settings(stack, args))  # fmt: skip
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
@@ -127,7 +150,11 @@ def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None
     from composer.latency import compare_with_singles, latency_table
 
     def compose_single(name: str):
-        settings = {key: value for key, value in _settings(stack).items() if key != "placement"}
+        settings = {
+            "options": stack.options,
+            "never": stack.never,
+            "min_partition_size": stack.min_partition_size,
+        }
         only = {key: {name: v[name]} if name in v else {} for key, v in settings.items()}
         return composer.compose(model, [name], inputs, **only)
 
@@ -247,7 +274,7 @@ def _explain(args: argparse.Namespace) -> int:
 
     stack = _stack(args)
     model, inputs = load_model(args.model)
-    plan = composer.plan(model, list(stack.backends), inputs, **_settings(stack))
+    plan = composer.plan(model, list(stack.backends), inputs, **_settings(stack, args))
     if args.node:
         nodes = [args.node] if args.node in plan.node_backends else []
     else:
@@ -283,9 +310,18 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", help="composer.toml or pyproject.toml (default: the one in this directory)"
     )
     parser.add_argument(
-        "--placement", choices=("priority", "strict"),
+        "--placement", choices=("priority", "strict", "measured"),
         help="priority (default): first backend that can take an op, except a host island "
-        "between accelerator partitions, which joins the accelerator; strict: no exception",
+        "between accelerator partitions, which joins the accelerator; strict: no exception; "
+        "measured: compose the orders and each backend alone, time them here, keep the fastest",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tune-budget", type=float, metavar="SECONDS",
+        help="with --placement measured: stop composing new candidates after this long",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-cache", action="store_true",
+        help="with --placement measured: measure again instead of reading earlier measurements",
     )  # fmt: skip
     parser.add_argument(
         "--no-consolidate", action="store_true", help="the same as --placement strict",

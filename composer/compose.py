@@ -59,7 +59,7 @@ def _example_inputs(program: ExportedProgram, given: Sequence[Any] | None) -> tu
     return ()
 
 
-PLACEMENTS = ("priority", "strict")
+PLACEMENTS = ("priority", "strict", "measured")
 
 
 def _settings(resolved, options, never, min_partition_size, progress, consolidate) -> StackSettings:
@@ -78,8 +78,18 @@ def _settings(resolved, options, never, min_partition_size, progress, consolidat
     for name, size in (min_partition_size or {}).items():
         if not isinstance(size, int) or size < 1:
             raise ComposerError(f"min_partition_size for {name!r} must be a whole number >= 1.")
+    from composer.options import check_options, declared_options
+
+    # Every backend, given options or not: defaults reach the hooks, and a plugin's broken
+    # composer_options surfaces before export rather than halfway through lowering.
+    checked = {
+        backend.name: check_options(
+            backend.name, declared_options(backend), (options or {}).get(backend.name)
+        )
+        for backend in resolved
+    }
     return StackSettings(
-        options={k: dict(v) for k, v in (options or {}).items()},
+        options=checked,
         never={k: frozenset(v) for k, v in (never or {}).items()},
         min_partition_size=dict(min_partition_size or {}),
         progress=progress,
@@ -121,13 +131,19 @@ def plan(
     progress: Callable[[str], None] | None = None,
     consolidate: bool = True,
     placement: str = "priority",
+    tune_budget: float | None = None,
+    cache: bool = True,
     registry: Registry | None = None,
 ) -> Plan:
     """Work out which backend takes which node, without compiling anything.
 
     Runs on any machine: the partitions are exactly those ``compose`` makes on the target.
-    The keyword arguments are as for :func:`compose`.
+    The keyword arguments are as for :func:`compose`; ``placement="measured"`` composes and
+    times candidates for real, so it needs backends that run here.
     """
+    if placement == "measured":
+        return _measured(model, backends, example_inputs, options, never, min_partition_size,
+                         progress, tune_budget, cache, registry).plan  # fmt: skip
     resolved, registry, unavailable = _prepare(backends, registry, True)
     consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
@@ -139,6 +155,49 @@ def plan(
         _with_backend_facts(result, resolved),
         stand_ins=tuple(b.name for b in resolved if b.name in unavailable),
     )
+
+
+def _measured(
+    model, backends, example_inputs, options, never, min_partition_size, progress,
+    tune_budget, cache, registry,
+) -> Composition:  # fmt: skip
+    """Compose with the fastest candidate placement, measured here (composer.placement)."""
+    from composer import placement as measured
+
+    registry = registry or default_registry()
+    resolved = registry.resolve(backends)
+    names = [backend.name for backend in resolved]
+    # The checks every candidate's compose makes, once and before any work.
+    _settings(resolved, options, never, min_partition_size, None, True)
+    program = export_model(model, example_inputs)
+    settings = {
+        "options": options or {},
+        "never": never or {},
+        "min_partition_size": min_partition_size or {},
+    }
+
+    def compose_candidate(candidate):
+        only = {
+            key: {
+                name: value for name, value in (given or {}).items() if name in candidate.backends
+            }
+            for key, given in settings.items()
+        }
+        return compose(model, list(candidate.backends), example_inputs, registry=registry,
+                       placement=candidate.placement, **only)  # fmt: skip
+
+    choice, composed = measured.measure(
+        compose_candidate,
+        names,
+        _example_inputs(program, example_inputs),
+        key=measured.cache_key(program, names, settings, measured.RUNS),
+        budget_s=tune_budget,
+        progress=progress,
+        cache_dir=measured.cache_dir() if cache else None,
+    )
+    composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
+    composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())
+    return composition
 
 
 def _with_backend_facts(plan: Plan, resolved) -> Plan:
@@ -161,6 +220,8 @@ def compose(
     progress: Callable[[str], None] | None = None,
     consolidate: bool = True,
     placement: str = "priority",
+    tune_budget: float | None = None,
+    cache: bool = True,
     registry: Registry | None = None,
 ) -> Composition:
     """Lower ``model`` with ``backends`` in priority order into one ExecuTorch program.
@@ -171,8 +232,14 @@ def compose(
     and partition as lowering goes. ``placement="priority"`` (the default) gives every op to
     the first backend that can take it, except a small host island between partitions of an
     accelerator backend, which joins that backend when it can take it (a device round trip
-    saved); ``"strict"`` (or the older ``consolidate=False``) makes no exception.
+    saved); ``"strict"`` (or the older ``consolidate=False``) makes no exception;
+    ``"measured"`` composes the declared order, the other orders and each backend alone, times
+    them in the runtime here and keeps the fastest (see :mod:`composer.placement`; at most
+    ``tune_budget`` seconds of composing, measurements cached unless ``cache=False``).
     """
+    if placement == "measured":
+        return _measured(model, backends, example_inputs, options, never, min_partition_size,
+                         progress, tune_budget, cache, registry)  # fmt: skip
     resolved, registry, stand_ins = _prepare(backends, registry, False)
     consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)

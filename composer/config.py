@@ -14,7 +14,7 @@ tensorrt_stub = ["aten._softmax.default"]
 
 ``placement = "strict"`` (top level) keeps plain priority order: no island is handed over;
 ``"priority"``, the default, moves a host island between accelerator partitions to the
-accelerator. ``consolidate = false`` is the older spelling of ``placement = "strict"``.
+accelerator; ``"measured"`` times candidates on this machine (composer.placement). ``consolidate = false`` is the older spelling of ``placement = "strict"``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import attrs
 from composer.errors import ComposerError
 
 KEYS = {"backends", "options", "min_partition_size", "never", "consolidate", "placement"}
-PLACEMENTS = ("priority", "strict")
+PLACEMENTS = ("priority", "strict", "measured")
 
 
 @attrs.frozen

@@ -19,9 +19,12 @@ def partitioner(name: str, *, registry: Registry | None = None, **options: str) 
 
     ``options`` are the backend's options (``composer.partitioner("cuda", max_autotune="OFF")``).
     """
+    from composer.options import check_options, declared_options
+
     registry = registry or default_registry()
     (backend,) = registry.resolve([name])
-    return ComposerPartitioner(backend, registry, options=options)
+    checked = check_options(backend.name, declared_options(backend), options)
+    return ComposerPartitioner(backend, registry, options=checked)
 
 
 def guard(inner: Partitioner) -> Partitioner:

@@ -66,6 +66,8 @@ class Plan:
     # backends whose results may differ from eager's by more than the dtype's default
     tolerances: dict[str, Tolerance] = attrs.field(factory=dict)
     libraries: dict[str, str] = attrs.field(factory=dict)  # backend -> "openvino 2025.4.1"
+    # how placement was decided when it was measured: the candidates and their times
+    placement: dict[str, Any] = attrs.field(factory=dict)
     # node -> what each backend, in order, answered when offered it (not in to_json)
     decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
 
@@ -84,6 +86,24 @@ class Plan:
 
     def partitions_of(self, backend: str) -> list[Partition]:
         return [p for p in self.partitions if p.backend == backend]
+
+    def _placement_lines(self) -> list[str]:
+        if not self.placement:
+            return []
+        source = " (from the cache)" if self.placement.get("cached") else ""
+        lines = [f"placement: measured{source}, chose {self.placement['chosen']}"]
+        for item in self.placement["candidates"]:
+            if item["median_us"] is None:
+                lines.append(f"  {item['candidate']}: {item['note']}")
+            else:
+                lines.append(
+                    f"  {item['candidate']}: {item['delegate_calls']} delegate call(s), median "
+                    f"{item['median_us']:.1f} us, p90 {item['p90_us']:.1f} us"
+                )
+        config = self.placement.get("config", "").strip().replace("\n", ", ")
+        if config:
+            lines.append(f"  to reproduce without measuring, in composer.toml: {config}")
+        return lines
 
     def tolerance(self) -> Tolerance | None:
         """The loosest tolerance among the backends that took a node (``None``: the default)."""
@@ -122,6 +142,7 @@ class Plan:
             # added later: new keys go last, so readers of the old order keep working
             "libraries": dict(self.libraries),
             "tolerances": {b: t.to_dict() for b, t in self.tolerances.items()},
+            "placement": dict(self.placement),
         }
 
     def to_json(self) -> str:
@@ -158,6 +179,7 @@ class Plan:
                 f"tolerance {backend}: atol {tolerance.atol:g}, rtol {tolerance.rtol:g}"
                 + (f" ({tolerance.reason})" if tolerance.reason else "")
             )
+        lines.extend(self._placement_lines())
         if self.libraries:
             lines.append("compiled with: " + ", ".join(
                 f"{b}: {lib}" for b, lib in self.libraries.items()))  # fmt: skip

@@ -75,8 +75,10 @@ def _executor(composition: Composition):
             why = (f"{reason}: CudaBackend delegates ran as their compiled .so, the other "
                    "delegates as their subgraphs")  # fmt: skip
             # A fresh module per run: it holds the loaded .so and its own buffer state.
-            return aoti_host.EXECUTOR, why, lambda inputs: aoti_host.aoti_hosted(composition)(
-                *inputs
+            return (
+                aoti_host.EXECUTOR,
+                why,
+                lambda inputs: aoti_host.aoti_hosted(composition)(*inputs),
             )
         reason = f"{reason}, and the CUDA delegates' .so cannot run here: {unavailable}"
     return REFERENCE, reason, lambda inputs: copy.deepcopy(composition.reference)(*inputs)

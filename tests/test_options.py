@@ -179,3 +179,15 @@ def test_backends_lists_each_backends_options(capsys):
     assert {"tensorrt_stub", "xnnpack", "metal"} <= set(
         words["no"].removeprefix("options: ").split(", ")
     )
+
+
+def test_drop_in_partitioner_checks_options_too():
+    with pytest.raises(composer.ComposerError, match="unknown option 'bogus' for backend"):
+        composer.partitioner("tensorrt_stub", bogus="1")
+
+
+def test_measured_placement_checks_options_before_any_work():
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(composer.ComposerError, match="unknown option 'bogus' for backend"):
+        composer.compose(model, ["xnnpack", "openvino"], inputs, placement="measured",
+                         options={"xnnpack": {"bogus": "1"}})  # fmt: skip

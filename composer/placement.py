@@ -1,0 +1,264 @@
+"""Measured placement: time whole-program candidates in the runtime here, keep the fastest.
+
+The candidates are the stack in the declared order (priority, and strict), the other orders of
+its backends, and each backend alone: every one is a real composition, run in the ExecuTorch
+runtime and timed together (``composer.latency.interleaved``), so the choice is never slower
+than the best single backend, within the noise of one run. The declared order wins unless
+another candidate is faster by more than ``MARGIN``. Measurements are cached by program,
+stack, candidates, library versions and machine, so a second run times nothing. The choice
+is plain configuration (``backends`` and ``placement``), which reproduces it anywhere without
+measuring.
+
+This chooses among whole programs, not per region: a mix of backends per part of the graph
+that no order produces is not tried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import itertools
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from composer.latency import Latency, interleaved
+
+MARGIN = 0.05  # a candidate must beat the declared order by this much to replace it
+RUNS = 100
+VERSIONED = ("executorch-composer", "executorch", "torch", "openvino")
+
+
+@attrs.frozen
+class Candidate:
+    """A whole-program assignment: backends in order and the placement rule."""
+
+    backends: tuple[str, ...]
+    placement: str  # "priority" or "strict"
+
+    @property
+    def label(self) -> str:
+        if len(self.backends) == 1:
+            return f"{self.backends[0]} alone"
+        return f"{','.join(self.backends)} ({self.placement})"
+
+
+@attrs.frozen
+class Measurement:
+    """How one candidate did: its delegate calls and latency, or why it was not timed."""
+
+    candidate: Candidate
+    delegate_calls: int | None = None
+    latency: Latency | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate.label,
+            "backends": list(self.candidate.backends),
+            "placement": self.candidate.placement,
+            "delegate_calls": self.delegate_calls,
+            "median_us": None if self.latency is None else round(self.latency.median_us, 2),
+            "p90_us": None if self.latency is None else round(self.latency.p90_us, 2),
+            "note": self.note,
+        }
+
+
+@attrs.frozen
+class Choice:
+    """The candidate kept, every measurement, and whether they came from the cache."""
+
+    chosen: Candidate
+    measurements: tuple[Measurement, ...]
+    cached: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": "measured",
+            "chosen": self.chosen.label,
+            "cached": self.cached,
+            "candidates": [m.to_dict() for m in self.measurements],
+            "config": self.config_toml(),
+        }
+
+    def config_toml(self) -> str:
+        """The lines of composer.toml that reproduce the choice without measuring."""
+        backends = ", ".join(f'"{name}"' for name in self.chosen.backends)
+        return f'backends = [{backends}]\nplacement = "{self.chosen.placement}"\n'
+
+
+def candidates(backends: Sequence[str]) -> list[Candidate]:
+    """The declared order (priority, strict), the other orders, then each backend alone."""
+    declared = tuple(backends)
+    found = [Candidate(declared, "priority")]
+    if len(declared) > 1:
+        found.append(Candidate(declared, "strict"))
+        orders = itertools.permutations(declared) if len(declared) <= 3 else ()
+        found += [Candidate(order, "priority") for order in orders if order != declared]
+        found += [Candidate((name,), "priority") for name in declared]
+    return found
+
+
+def choose(measurements: Sequence[Measurement]) -> Candidate:
+    """The fastest timed candidate; the declared order unless beaten by more than MARGIN."""
+    timed = [m for m in measurements if m.latency is not None]
+    if not timed:
+        return measurements[0].candidate
+    fastest = min(timed, key=lambda m: m.latency.median_us)
+    declared = measurements[0]
+    if declared.latency is not None and (
+        declared.latency.median_us <= fastest.latency.median_us * (1 + MARGIN)
+    ):
+        return declared.candidate
+    return fastest.candidate
+
+
+def measure(
+    compose_candidate: Callable[[Candidate], Any],
+    backends: Sequence[str],
+    inputs: Sequence[Any],
+    *,
+    key: str,
+    runs: int = RUNS,
+    budget_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    cache_dir: Path | None = None,
+) -> tuple[Choice, dict[Candidate, Any]]:
+    """Compose and time every candidate (cached by ``key``); returns the choice and the
+    compositions it made (none when the cache answered)."""
+    from composer.runtime import LoadedProgram
+
+    cached = _read_cache(cache_dir, key)
+    if cached is not None:
+        if progress is not None:
+            progress(f"placement: measurements from the cache ({cached.chosen.label})")
+        return cached, {}
+    started = time.perf_counter()
+    composed: dict[Candidate, Any] = {}
+    notes: dict[Candidate, str] = {}
+    same: dict[Candidate, str] = {}  # candidate -> digest of its program
+    loaded = {}
+    for index, candidate in enumerate(candidates(backends)):
+        if index and budget_s is not None and time.perf_counter() - started > budget_s:
+            notes[candidate] = f"not measured: over the tune budget of {budget_s:g} s"
+            continue
+        if progress is not None:
+            progress(f"placement: composing {candidate.label}")
+        composition = compose_candidate(candidate)
+        composed[candidate] = composition
+        runnable, why = composition.runtime_can_run()
+        if not runnable:
+            notes[candidate] = f"not timed: {why}"
+            continue
+        # Candidates that lower to the same bytes are one program: timed once, so that noise
+        # cannot rank a program against itself.
+        digest = hashlib.sha256(composition.buffer).hexdigest()
+        same[candidate] = digest
+        if digest not in loaded:
+            loaded[digest] = LoadedProgram(composition.buffer)
+            loaded[digest].run(inputs)  # checks the inputs once, outside the timing
+    if progress is not None:
+        progress(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each")
+    timed = (
+        interleaved({d: p.timed_call(inputs) for d, p in loaded.items()}, runs) if loaded else {}
+    )
+    measurements = tuple(
+        Measurement(
+            candidate,
+            composed[candidate].plan.delegate_calls if candidate in composed else None,
+            timed.get(same.get(candidate)),
+            notes.get(candidate, ""),
+        )
+        for candidate in candidates(backends)
+    )
+    choice = Choice(choose(measurements), measurements, cached=False)
+    _write_cache(cache_dir, key, choice)
+    return choice, composed
+
+
+def cache_dir() -> Path:
+    """``$COMPOSER_CACHE_DIR``, else ``$XDG_CACHE_HOME/composer``, else ``~/.cache/composer``."""
+    explicit = os.environ.get("COMPOSER_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "composer"
+
+
+def cache_key(program, backends: Sequence[str], settings: Mapping[str, Any], runs: int) -> str:
+    """What a measurement depends on: the program (graph and weights), the stack, the runs,
+    the versions of what compiles and runs it, and the machine."""
+    import torch
+
+    digest = hashlib.sha256()
+    digest.update(str(program.graph_module.graph).encode())
+    for name, value in sorted(program.state_dict.items()):
+        digest.update(name.encode())
+        digest.update(value.detach().contiguous().cpu().numpy().tobytes())
+    versions = {}
+    for distribution in VERSIONED:
+        try:
+            versions[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            versions[distribution] = None
+    facts = {
+        "backends": list(backends),
+        "settings": {k: _plain(v) for k, v in sorted(settings.items())},
+        "runs": runs,
+        "versions": versions,
+        "machine": [platform.machine(), platform.processor(), os.cpu_count()],
+        "threads": torch.get_num_threads(),
+    }
+    digest.update(json.dumps(facts, sort_keys=True).encode())
+    return digest.hexdigest()[:32]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in sorted(value.items())}
+    if isinstance(value, list | tuple | set | frozenset):
+        return sorted(_plain(v) for v in value)
+    return value
+
+
+def _read_cache(folder: Path | None, key: str) -> Choice | None:
+    if folder is None:
+        return None
+    path = folder / "placement" / f"{key}.json"
+    try:
+        data = json.loads(path.read_text())
+        measurements = tuple(
+            Measurement(
+                Candidate(tuple(item["backends"]), item["placement"]),
+                item["delegate_calls"],
+                None
+                if item["median_us"] is None
+                else Latency(item["median_us"], item["p90_us"], data["runs"]),
+                item["note"],
+            )
+            for item in data["candidates"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no entry, or one this version cannot read: measure again
+    return Choice(choose(measurements), measurements, cached=True)
+
+
+def _write_cache(folder: Path | None, key: str, choice: Choice) -> None:
+    if folder is None:
+        return
+    from composer.atomic import write_all
+
+    target = folder / "placement" / f"{key}.json"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        runs = next((m.latency.runs for m in choice.measurements if m.latency), 0)
+        data = {**choice.to_dict(), "runs": runs}
+        write_all({target: (json.dumps(data, indent=2) + "\n").encode()})
+    except Exception:  # noqa: BLE001 - a cache that cannot be written only costs a re-measure
+        return

@@ -1,0 +1,93 @@
+"""Measured placement: candidates composed and timed in the runtime, the fastest kept."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import composer
+from composer import zoo
+from composer.cli import main
+from composer.latency import Latency
+from composer.placement import MARGIN, Candidate, Measurement, candidates, choose
+
+
+def test_candidates_are_the_orders_and_each_backend_alone():
+    labels = [c.label for c in candidates(["openvino", "xnnpack"])]
+    assert labels == [
+        "openvino,xnnpack (priority)",
+        "openvino,xnnpack (strict)",
+        "xnnpack,openvino (priority)",
+        "openvino alone",
+        "xnnpack alone",
+    ]
+    assert [c.label for c in candidates(["xnnpack"])] == ["xnnpack alone"]
+
+
+def timed(backends, median_us, placement="priority"):
+    return Measurement(Candidate(tuple(backends), placement), 1, Latency(median_us, median_us, 9))
+
+
+def test_the_declared_order_stays_unless_clearly_beaten():
+    declared = timed(["a", "b"], 100.0)
+    within_noise = timed(["a"], 100.0 / (1 + MARGIN / 2))
+    assert choose([declared, within_noise]) == declared.candidate
+    faster = timed(["b"], 100.0 / (1 + 2 * MARGIN))
+    assert choose([declared, within_noise, faster]) == faster.candidate
+    untimed = Measurement(Candidate(("a", "b"), "priority"), None, None, "not timed: no runtime")
+    assert choose([untimed, timed(["b"], 5.0)]) == Candidate(("b",), "priority")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cache):
+    model, inputs = zoo.load("cumsum_mlp")
+    lines = []
+    first = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured",
+                             progress=lines.append)  # fmt: skip
+    placement = first.plan.placement
+    assert not placement["cached"]
+    assert any(line == "placement: composing xnnpack alone" for line in lines)
+    medians = {item["candidate"]: item["median_us"] for item in placement["candidates"]}
+    assert len(medians) == 5 and None not in medians.values()
+    chosen = medians[placement["chosen"]]
+    assert chosen <= min(medians["openvino alone"], medians["xnnpack alone"]) * (1 + MARGIN)
+    assert chosen <= medians["openvino,xnnpack (priority)"]
+    assert first.verify().ok
+    assert "placement: measured, chose " in first.plan.summary_table()
+    assert list(cache.glob("placement/*.json"))
+
+    lines.clear()
+    second = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured",
+                              progress=lines.append)  # fmt: skip
+    assert second.plan.placement["cached"]
+    assert second.plan.placement["chosen"] == placement["chosen"]
+    assert lines == [f"placement: measurements from the cache ({placement['chosen']})"]
+
+    # New weights are a new program: never a stale hit.
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    third = composer.plan(model, ["openvino", "xnnpack"], inputs, placement="measured",
+                          tune_budget=0)  # fmt: skip
+    assert not third.placement["cached"]
+    notes = [item["note"] for item in third.placement["candidates"][1:]]
+    assert notes and all(note.startswith("not measured: over the tune budget") for note in notes)
+
+
+def test_the_cli_prints_the_measurements_and_the_config_that_reproduces_them(
+    cache, capsys, tmp_path, monkeypatch
+):
+    argv = ["plan", "zoo:cumsum_mlp", "--backends", "openvino,xnnpack"]
+    assert main([*argv, "--placement", "measured"]) == 0
+    out = capsys.readouterr().out
+    assert "placement: measured, chose " in out
+    config = out.split("to reproduce without measuring, in composer.toml: ")[1].splitlines()[0]
+    measured_table = out.split("placement: measured")[0]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "composer.toml").write_text(config.replace(", ", "\n") + "\n")
+    assert main(["plan", "zoo:cumsum_mlp"]) == 0
+    assert capsys.readouterr().out.startswith(measured_table)
