@@ -81,6 +81,7 @@ def test_plan_json_has_stable_keys():
         "edges",
         "libraries",
         "tolerances",
+        "placement",
     ]
     assert data["summary"]["xnnpack"]["partitions"] == 1
 
