@@ -11,6 +11,7 @@ import attrs
 from composer.backend_spec import Tolerance
 
 PORTABLE = "portable"
+HOST = "cpu"  # portable kernels, graph inputs and outputs run on the host
 
 
 @attrs.frozen
@@ -70,6 +71,23 @@ class Plan:
     placement: dict[str, Any] = attrs.field(factory=dict)
     # node -> what each backend, in order, answered when offered it (not in to_json)
     decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
+
+    def device_of(self, node_name: str) -> str:
+        """Where ``node_name`` runs: its partition's device, else the host."""
+        return self._node_devices().get(node_name, HOST)
+
+    def device_of_backend(self, backend: str) -> str | None:
+        """The device of ``backend``'s partitions (the host for portable; None if it took none)."""
+        if backend == PORTABLE:
+            return HOST
+        return next((p.device for p in self.partitions if p.backend == backend), None)
+
+    def crossing_edges(self) -> list[tuple[str, str]]:
+        """The data edges between ops whose two ends run on different devices."""
+        return [(a, b) for a, b in self.edges if self.device_of(a) != self.device_of(b)]
+
+    def _node_devices(self) -> dict[str, str]:
+        return {node: p.device for p in self.partitions for node in p.nodes}
 
     def explain(self, node_name: str) -> list[tuple[str, str]]:
         """(backend, what it answered) for each backend in priority order."""

@@ -24,7 +24,6 @@ PALETTE = (
 )
 PORTABLE_COLOUR = "#9e9e9e"
 CROSSING_COLOUR = "#d62728"
-HOST = "cpu"  # portable kernels and graph inputs run on the host
 
 # Geometry in SVG units; COLUMN - NODE_W - 2 * PAD is the gap between neighbouring boxes.
 COLUMN = 156
@@ -185,19 +184,7 @@ def _text_colour(fill: str) -> str:
     return "#111" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#fff"
 
 
-def _devices(plan: Plan) -> tuple[dict[str, str], dict[str, str]]:
-    """Device of every node and of every backend that took a partition."""
-    node_device = {n: HOST for n in plan.node_backends}
-    backend_device = {PORTABLE: HOST}
-    for p in plan.partitions:
-        backend_device.setdefault(p.backend, p.device)
-        for n in p.nodes:
-            node_device[n] = p.device
-    return node_device, backend_device
-
-
 def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
-    node_device, backend_device = _devices(plan)
     partition_of = {n: p.id for p in plan.partitions for n in p.nodes}
     w, h = layout.width, layout.height
     header = (
@@ -216,7 +203,7 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
         band = "#f6f6f6" if i % 2 == 0 else "#ececec"
         stand_in = " (stand-in)" if lane.backend in plan.stand_ins else ""
         counts = f"{len(plan.nodes_on(lane.backend))} nodes"
-        device = backend_device.get(lane.backend)
+        device = plan.device_of_backend(lane.backend)
         caption = f"{device} \u00b7 {counts}" if device else counts
         out.append(
             f'<g class="lane" data-backend="{_e(lane.backend)}">'
@@ -246,7 +233,7 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
         (xa, ya), (xb, yb) = layout.positions[a], layout.positions[b]
         x1, y1, x2, y2 = xa + NODE_W, ya + NODE_H / 2, xb, yb + NODE_H / 2
         bend = max(30.0, (x2 - x1) / 2)
-        crossing = node_device[a] != node_device[b]
+        crossing = plan.device_of(a) != plan.device_of(b)
         style = (
             f'class="edge crossing" stroke="{CROSSING_COLOUR}" stroke-width="1.8" '
             'stroke-dasharray="5 3" marker-end="url(#arrow-crossing)"'
@@ -257,7 +244,7 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
             f'<path data-from="{_e(a)}" data-to="{_e(b)}" {style} fill="none" '
             f'd="M{x1:.0f},{y1:.0f} C{x1 + bend:.0f},{y1:.0f} {x2 - bend:.0f},{y2:.0f} '
             f'{x2:.0f},{y2:.0f}"><title>{_e(a)} \u2192 {_e(b)} '
-            f"({_e(node_device[a])} \u2192 {_e(node_device[b])})</title></path>"
+            f"({_e(plan.device_of(a))} \u2192 {_e(plan.device_of(b))})</title></path>"
         )
     for node, backend in plan.node_backends.items():
         x, y = layout.positions[node]
@@ -266,7 +253,7 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
         out.append(
             f'<g class="node" id="{_e(node)}" data-node="{_e(node)}" '
             f'data-backend="{_e(backend)}"><title>{_e(node)}\n{_e(op)} on {_e(where)} '
-            f"({_e(node_device[node])})</title>"
+            f"({_e(plan.device_of(node))})</title>"
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{NODE_W}" height="{NODE_H}" rx="4" '
             f'fill="{colours.get(backend, PORTABLE_COLOUR)}"/>'
             f'<text x="{x + NODE_W / 2:.0f}" y="{y + NODE_H / 2 + 4:.0f}" text-anchor="middle" '
@@ -282,14 +269,13 @@ def _op_summary(ops: Counter[str]) -> str:
 
 
 def _tables(plan: Plan, lanes: list[str], colours: dict[str, str]) -> str:
-    _, backend_device = _devices(plan)
     rows = []
     for backend in lanes:
         partitions = "\u2013" if backend == PORTABLE else len(plan.partitions_of(backend))
         rows.append(
             f'<tr data-backend="{_e(backend)}"><td><span class="swatch" '
             f'style="background:{colours[backend]}"></span>{_e(backend)}</td>'
-            f"<td>{_e(backend_device.get(backend, ''))}</td>"
+            f"<td>{_e(plan.device_of_backend(backend) or '')}</td>"
             f"<td>{len(plan.nodes_on(backend))}</td><td>{partitions}</td>"
             f"<td>{_e(_op_summary(plan.ops_on(backend)))}</td></tr>"
         )

@@ -112,3 +112,19 @@ def test_ops_an_earlier_backend_keeps_whole_stay_whole_for_later_backends():
     assert stacked.plan.ops_on("xnnpack")["aten.linear.default"] == 4
     assert stacked.plan.partitions_of("tensorrt_stub")
     assert stacked.verify().ok
+
+
+def test_plan_says_where_each_node_runs_and_which_edges_cross_devices():
+    model, inputs = zoo.load("transformer_block")
+    plan = composer.plan(model, ["xnnpack", "tensorrt_stub"], inputs, placement="strict")
+    trt = plan.partitions_of("tensorrt_stub")[0].nodes[0]
+    assert plan.device_of(trt) == "cuda" == plan.device_of_backend("tensorrt_stub")
+    assert plan.device_of(plan.nodes_on("xnnpack")[0]) == "cpu"
+    assert (
+        plan.device_of(plan.nodes_on("portable")[0]) == "cpu" == plan.device_of_backend("portable")
+    )
+    crossing = plan.crossing_edges()
+    assert crossing and all(plan.device_of(a) != plan.device_of(b) for a, b in crossing)
+    assert set(crossing) < set(plan.edges)
+    cpu_only = composer.plan(model, ["xnnpack"], inputs)
+    assert cpu_only.crossing_edges() == []
