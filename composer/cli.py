@@ -290,6 +290,16 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from composer import cache
+
+    if args.action == "clear":
+        print(f"cleared {cache.clear()}")
+    else:
+        print(cache.info())
+    return 0
+
+
 def _table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
@@ -364,6 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="median and p90 latency over N runs after warm-up (default 200), per delegate too",
     )  # fmt: skip
     run.set_defaults(run=_run)
+
+    cache = commands.add_parser("cache", help="what composer keeps between runs")
+    cache.add_argument("action", choices=("info", "clear"))
+    cache.set_defaults(run=_cache)
 
     explain = commands.add_parser("explain", help="why a node went where it went")
     _add_stack_arguments(explain)

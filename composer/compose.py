@@ -163,6 +163,7 @@ def _measured(
 ) -> Composition:  # fmt: skip
     """Compose with the fastest candidate placement, measured here (composer.placement)."""
     from composer import placement as measured
+    from composer.cache import cache_dir
 
     registry = registry or default_registry()
     resolved = registry.resolve(backends)
@@ -193,7 +194,7 @@ def _measured(
         key=measured.cache_key(program, names, settings, measured.RUNS),
         budget_s=tune_budget,
         progress=progress,
-        cache_dir=measured.cache_dir() if cache else None,
+        cache_dir=cache_dir() if cache else None,
     )
     composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
     composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())

@@ -182,15 +182,6 @@ def measure(
     return choice, composed
 
 
-def cache_dir() -> Path:
-    """``$COMPOSER_CACHE_DIR``, else ``$XDG_CACHE_HOME/composer``, else ``~/.cache/composer``."""
-    explicit = os.environ.get("COMPOSER_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "composer"
-
-
 def cache_key(program, backends: Sequence[str], settings: Mapping[str, Any], runs: int) -> str:
     """What a measurement depends on: the program (graph and weights), the stack, the runs,
     the versions of what compiles and runs it, and the machine."""

@@ -91,3 +91,16 @@ def test_the_cli_prints_the_measurements_and_the_config_that_reproduces_them(
     (tmp_path / "composer.toml").write_text(config.replace(", ", "\n") + "\n")
     assert main(["plan", "zoo:cumsum_mlp"]) == 0
     assert capsys.readouterr().out.startswith(measured_table)
+
+
+def test_cache_info_and_clear(cache, capsys):
+    model, inputs = zoo.load("mlp")
+    composer.plan(model, ["xnnpack", "openvino"], inputs, placement="measured")
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"cache: {cache}" in out and "placement: 1 entry" in out
+    assert main(["cache", "clear"]) == 0
+    assert "placement: 1 entry" in capsys.readouterr().out
+    assert main(["cache", "info"]) == 0
+    assert "placement: 0 entries, 0 bytes" in capsys.readouterr().out
+    assert cache.is_dir()  # only composer's own subfolders go
