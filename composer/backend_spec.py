@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 DEVICES = ("cpu", "cuda", "mps")
@@ -21,6 +23,16 @@ class Tolerance:
 
     def to_dict(self) -> dict[str, object]:
         return {"atol": self.atol, "rtol": self.rtol, "reason": self.reason}
+
+    @classmethod
+    def loosest(cls, declared: Mapping[str, Tolerance]) -> Tolerance | None:
+        """One tolerance as loose as every one of ``declared`` (by backend name), or ``None``."""
+        if not declared:
+            return None
+        reasons = "; ".join(f"{name}: {t.reason}" for name, t in declared.items() if t.reason)
+        return cls(
+            max(t.atol for t in declared.values()), max(t.rtol for t in declared.values()), reasons
+        )
 
 
 @attrs.frozen

@@ -125,16 +125,7 @@ class Plan:
 
     def tolerance(self) -> Tolerance | None:
         """The loosest tolerance among the backends that took a node (``None``: the default)."""
-        used = [t for b, t in self.tolerances.items() if self.nodes_on(b)]
-        if not used:
-            return None
-        loosest = max(used, key=lambda t: (t.atol, t.rtol))
-        reasons = "; ".join(
-            f"{b}: {t.reason}" for b, t in self.tolerances.items() if t in used and t.reason
-        )
-        return Tolerance(
-            max(t.atol for t in used), max(t.rtol for t in used), reasons or loosest.reason
-        )
+        return Tolerance.loosest({b: t for b, t in self.tolerances.items() if self.nodes_on(b)})
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -214,21 +214,13 @@ def installed_tolerance(program: bytes):
     """The loosest tolerance that the installed backends of ``program``'s delegates declare."""
     from composer.backend_spec import Tolerance
     from composer.registry import default_registry
-    from composer.scheduler.stand_in import STAND_IN_BACKEND_ID
 
-    used = program_backend_ids(program) - {STAND_IN_BACKEND_ID}
-    declared = [
-        b.spec.tolerance
-        for b in default_registry().backends.values()
+    used = program_backend_ids(program)
+    return Tolerance.loosest({
+        name: b.spec.tolerance
+        for name, b in default_registry().backends.items()
         if b.spec.backend_id in used and b.spec.tolerance is not None
-    ]
-    if not declared:
-        return None
-    return Tolerance(
-        max(t.atol for t in declared),
-        max(t.rtol for t in declared),
-        "; ".join(t.reason for t in declared if t.reason),
-    )
+    })  # fmt: skip
 
 
 def program_backend_ids(program: bytes) -> set[str]:

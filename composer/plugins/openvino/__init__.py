@@ -60,6 +60,7 @@ def _tolerance() -> Tolerance | None:
     )
 
 
+@functools.cache  # reads the installed version and /proc/cpuinfo: once is enough
 def _spec() -> BackendSpec:
     version = _openvino_version()
     return BackendSpec(
