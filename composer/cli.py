@@ -309,6 +309,8 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    from composer.placement import PLACEMENTS
+
     parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument(
         "--backends", help="priority list, e.g. tensorrt_stub,xnnpack (default: the config's)"
@@ -321,7 +323,7 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         "--config", help="composer.toml or pyproject.toml (default: the one in this directory)"
     )
     parser.add_argument(
-        "--placement", choices=("priority", "strict", "measured"),
+        "--placement", choices=PLACEMENTS,
         help="priority (default): first backend that can take an op, except a host island "
         "between accelerator partitions, which joins the accelerator; strict: no exception; "
         "measured: compose the orders and each backend alone, time them here, keep the fastest",

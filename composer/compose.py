@@ -59,9 +59,6 @@ def _example_inputs(program: ExportedProgram, given: Sequence[Any] | None) -> tu
     return ()
 
 
-PLACEMENTS = ("priority", "strict", "measured")
-
-
 def _settings(resolved, options, never, min_partition_size, progress, consolidate) -> StackSettings:
     names = {backend.name for backend in resolved}
     for what, given in (
@@ -98,6 +95,8 @@ def _settings(resolved, options, never, min_partition_size, progress, consolidat
 
 
 def _consolidates(placement: str, consolidate: bool) -> bool:
+    from composer.placement import PLACEMENTS
+
     if placement not in PLACEMENTS:
         raise ComposerError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}.")
     return consolidate and placement == "priority"

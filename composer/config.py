@@ -26,9 +26,9 @@ from typing import Any
 import attrs
 
 from composer.errors import ComposerError
+from composer.placement import PLACEMENTS
 
 KEYS = {"backends", "options", "min_partition_size", "never", "consolidate", "placement"}
-PLACEMENTS = ("priority", "strict", "measured")
 
 
 @attrs.frozen

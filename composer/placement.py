@@ -30,6 +30,7 @@ import attrs
 
 from composer.latency import Latency, interleaved
 
+PLACEMENTS = ("priority", "strict", "measured")  # what users may ask for, everywhere
 MARGIN = 0.05  # a candidate must beat the declared order by this much to replace it
 RUNS = 100
 VERSIONED = ("executorch-composer", "executorch", "torch", "openvino")
