@@ -12,9 +12,14 @@ from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
 from composer.scheduler.convex import partition_by_color
-from composer.scheduler.guards import TAG, foreign_delegate_nodes, tag_constants
-from composer.scheduler.partitioner import check_lowerable, clean_foreign_tags, take_tags
-from composer.scheduler.validate import describe_path, find_tag_cycle
+from composer.scheduler.guards import (
+    TAG,
+    clean_foreign_tags,
+    foreign_delegate_nodes,
+    tag_constants,
+    take_tags,
+)
+from composer.scheduler.validate import check_lowerable, describe_path, find_tag_cycle
 
 
 class GuardedPartitioner(Partitioner):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import operator
+import warnings
 
 import torch
 import torch.fx
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
+
+from composer.errors import ComposerWarning
 
 TAG = "delegation_tag"
 
@@ -81,3 +84,43 @@ def tag_constants(program: ExportedProgram, backend_wants: set[torch.fx.Node]) -
             node.meta[TAG] = next(tag for tag in user_tags if tag is not None)
             duplicated += (len(distinct) - 1) * constant_nbytes(program, constants[node])
     return duplicated
+
+
+def take_tags(graph: torch.fx.Graph) -> dict[torch.fx.Node, str]:
+    """Remove every delegation tag from ``graph`` and return what they were."""
+    tag_of = {node: node.meta[TAG] for node in graph.nodes if node.meta.get(TAG)}
+    for node in graph.nodes:
+        node.meta.pop(TAG, None)
+    return tag_of
+
+
+def clean_foreign_tags(
+    program: ExportedProgram,
+    tag_of: dict[torch.fx.Node, str],
+    guarded: set[torch.fx.Node],
+    who: str,
+) -> dict[torch.fx.Node, str]:
+    """Drop the tags no partitioner may set (earlier delegates, user inputs, the output).
+
+    Returns the tags kept on ops and constants; a warning naming ``who`` lists the rest.
+    """
+    constants = constant_placeholders(program)
+    refused = []
+    kept: dict[torch.fx.Node, str] = {}
+    for node, tag in tag_of.items():
+        if node in guarded:
+            refused.append(f"{node.name} (a delegate of an earlier backend)")
+        elif node.op == "output":
+            refused.append(f"{node.name} (the graph output)")
+        elif node.op == "placeholder" and node not in constants:
+            refused.append(f"{node.name} (a user input)")
+        elif node.op in ("placeholder", "call_function"):
+            kept[node] = tag
+    if refused:
+        warnings.warn(
+            f"composer removed tags that {who} put on nodes no backend may take: "
+            f"{', '.join(refused)}",
+            ComposerWarning,
+            stacklevel=3,
+        )
+    return kept

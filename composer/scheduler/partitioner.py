@@ -17,18 +17,19 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from torch.export import ExportedProgram
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.errors import ComposerWarning, PartitionError, PluginError
+from composer.errors import ComposerWarning, PluginError
 from composer.op_names import op_name
 from composer.registry import Backend, Registry
 from composer.scheduler.convex import partition_by_support
 from composer.scheduler.guards import (
     TAG,
-    constant_placeholders,
+    clean_foreign_tags,
     foreign_delegate_nodes,
     tag_constants,
+    take_tags,
 )
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
-from composer.scheduler.validate import describe_path, find_tag_cycle
+from composer.scheduler.validate import check_lowerable, describe_path, find_tag_cycle
 
 
 @attrs.define
@@ -93,11 +94,6 @@ def compute_edges(graph: torch.fx.Graph, skip: set[torch.fx.Node]) -> list[tuple
     return list(dict.fromkeys(edges))
 
 
-def _clear_tags(graph: torch.fx.Graph) -> None:
-    for node in graph.nodes:
-        node.meta.pop(TAG, None)
-
-
 def _partitioners_listed_with(partitioner: Partitioner) -> list[Partitioner]:
     """The other partitioners of the running to_edge_transform_and_lower, in list order.
 
@@ -114,45 +110,6 @@ def _partitioners_listed_with(partitioner: Partitioner) -> list[Partitioner]:
             return []
         frame = frame.f_back
     return []
-
-
-def take_tags(graph: torch.fx.Graph) -> dict[torch.fx.Node, str]:
-    """Remove every delegation tag from ``graph`` and return what they were."""
-    tag_of = {node: node.meta[TAG] for node in graph.nodes if node.meta.get(TAG)}
-    _clear_tags(graph)
-    return tag_of
-
-
-def clean_foreign_tags(
-    program: ExportedProgram,
-    tag_of: dict[torch.fx.Node, str],
-    guarded: set[torch.fx.Node],
-    who: str,
-) -> dict[torch.fx.Node, str]:
-    """Drop the tags no partitioner may set (earlier delegates, user inputs, the output).
-
-    Returns the tags kept on ops and constants; a warning naming ``who`` lists the rest.
-    """
-    constants = constant_placeholders(program)
-    refused = []
-    kept: dict[torch.fx.Node, str] = {}
-    for node, tag in tag_of.items():
-        if node in guarded:
-            refused.append(f"{node.name} (a delegate of an earlier backend)")
-        elif node.op == "output":
-            refused.append(f"{node.name} (the graph output)")
-        elif node.op == "placeholder" and node not in constants:
-            refused.append(f"{node.name} (a user input)")
-        elif node.op in ("placeholder", "call_function"):
-            kept[node] = tag
-    if refused:
-        warnings.warn(
-            f"composer removed tags that {who} put on nodes no backend may take: "
-            f"{', '.join(refused)}",
-            ComposerWarning,
-            stacklevel=3,
-        )
-    return kept
 
 
 class ComposerPartitioner(Partitioner):
@@ -487,7 +444,7 @@ class ComposerPartitioner(Partitioner):
                 f"composer_partitioner for backend {self.backend.name!r}; it must implement one."
             )
         graph = ep.graph_module.graph
-        _clear_tags(graph)
+        take_tags(graph)
         try:
             result = native.partition(ep)
         except Exception as error:
@@ -513,25 +470,6 @@ class ComposerPartitioner(Partitioner):
 
     def _validate(self, graph: torch.fx.Graph) -> None:
         check_lowerable(graph, f"backend {self.backend.name!r}")
-
-
-def check_lowerable(graph: torch.fx.Graph, who: str) -> None:
-    """Raise ``PartitionError`` if a tag in ``graph`` is not convex or closes a cycle."""
-    # Tagged constants and submodules are sources: they cannot close a cycle, and a
-    # constant with readers outside its tag is duplicated by ExecuTorch, not fused.
-    tag_of = {
-        node: node.meta[TAG]
-        for node in graph.nodes
-        if node.op == "call_function" and node.meta.get(TAG)
-    }
-    path = find_tag_cycle(graph, tag_of)
-    if path is not None:
-        tag = next((tag_of[n] for n in path if n in tag_of), "?")
-        raise PartitionError(
-            f"{who}: partition {tag!r} is not convex or closes a cycle with another partition "
-            f"(path {describe_path(path)}); refusing to lower. This is a bug in composer or in "
-            "the plugin; please report it with the model."
-        )
 
 
 class Consolidation:

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 
 import torch.fx
 
+from composer.errors import PartitionError
+from composer.scheduler.guards import TAG
+
 
 def find_tag_cycle(
     graph: torch.fx.Graph, tag_of: Mapping[torch.fx.Node, str]
@@ -83,3 +86,22 @@ def _cycle_path(succs, remaining: set) -> list[torch.fx.Node]:
 
 def describe_path(path: list[torch.fx.Node]) -> str:
     return " -> ".join(node.name for node in path)
+
+
+def check_lowerable(graph: torch.fx.Graph, who: str) -> None:
+    """Raise ``PartitionError`` if a tag in ``graph`` is not convex or closes a cycle."""
+    # Tagged constants and submodules are sources: they cannot close a cycle, and a
+    # constant with readers outside its tag is duplicated by ExecuTorch, not fused.
+    tag_of = {
+        node: node.meta[TAG]
+        for node in graph.nodes
+        if node.op == "call_function" and node.meta.get(TAG)
+    }
+    path = find_tag_cycle(graph, tag_of)
+    if path is not None:
+        tag = next((tag_of[n] for n in path if n in tag_of), "?")
+        raise PartitionError(
+            f"{who}: partition {tag!r} is not convex or closes a cycle with another partition "
+            f"(path {describe_path(path)}); refusing to lower. This is a bug in composer or in "
+            "the plugin; please report it with the model."
+        )
