@@ -117,8 +117,10 @@ class LoadedProgram:
         try:
             with log.capture():
                 runtime = Runtime.get()
+                # No debug buffer: with one, ETDump also stores every intermediate tensor and
+                # aborts the process once it is full (14 calls of transformer_block at 1 MiB).
                 self.program = runtime.load_program(
-                    program, enable_etdump=etdump, debug_buffer_size=1 << 20 if etdump else 0
+                    program, enable_etdump=etdump, debug_buffer_size=0
                 )
         except Exception as error:
             raise ComposerError(
