@@ -63,11 +63,34 @@ class DelegateTime:
     latency: Latency
 
 
-def delegate_times(program: bytes, inputs: Sequence[object], runs: int) -> list[DelegateTime]:
-    """Time each delegate call of ``program`` with ETDump (the pip runtime records it).
+@attrs.frozen
+class StepTime:
+    """One instruction of a program's run, timed by ETDump: a delegate call or a kernel call."""
 
-    The tracer names delegate calls only ``DELEGATE_CALL``; they come in the order the
-    method's instructions run them, which is how each is matched with its backend.
+    kind: str  # "delegate" or "kernel"
+    name: str  # the delegate's backend id, or the kernel's operator ("aten::cumsum.out")
+    latency: Latency
+
+
+@attrs.frozen
+class ProgramTrace:
+    """A program's delegate and kernel calls in the order they run, and the whole call."""
+
+    steps: tuple[StepTime, ...]
+    execute: Latency  # Method::execute under the same tracer: steps plus what lies between
+
+    @property
+    def between_steps_us(self) -> float:
+        """The median call's time outside every timed step: the runtime's own work."""
+        return max(0.0, self.execute.median_us - sum(s.latency.median_us for s in self.steps))
+
+
+def trace(program: bytes, inputs: Sequence[object], runs: int) -> ProgramTrace | None:
+    """Time every delegate and kernel call of ``program`` with ETDump (the pip runtime has it).
+
+    The tracer names calls only ``DELEGATE_CALL`` and ``OPERATOR_CALL``; they come in the order
+    the method's instructions run them, which is how each is matched with its instruction.
+    ``None`` when that order does not hold (a method with control flow).
     """
     from executorch.devtools import Inspector
 
@@ -83,20 +106,65 @@ def delegate_times(program: bytes, inputs: Sequence[object], runs: int) -> list[
             # Tensor debug data is not what is asked for here; its absence is expected.
             warnings.simplefilter("ignore", UserWarning)
             inspector = Inspector(etdump_path=str(etdump))
-    calls = [
+    events = [
         event
         for block in inspector.event_blocks
         if block.name == "Execute"
         for event in block.events
-        if event.name == "DELEGATE_CALL" and event.perf_data is not None
+        if event.perf_data is not None and not event.is_delegated_op
     ]
-    backend_ids = delegate_backend_ids(program)
-    if len(calls) != len(backend_ids):
+    timed = {"delegate": [e for e in events if e.name == "DELEGATE_CALL"],
+             "kernel": [e for e in events if e.name == "OPERATOR_CALL"]}  # fmt: skip
+    execute = [e for e in events if e.name == "Method::execute"]
+    instructions = program_instructions(program)
+    if (
+        instructions is None
+        or not execute
+        or any(len(timed[kind]) != sum(1 for k, _ in instructions if k == kind) for kind in timed)
+    ):
+        return None
+    steps = []
+    for kind, name in instructions:
+        event = timed[kind].pop(0)
+        steps.append(StepTime(kind, name, _latency_of(event)))
+    return ProgramTrace(tuple(steps), _latency_of(execute[0]))
+
+
+def _latency_of(event) -> Latency:
+    return Latency.of([ms / 1e3 for ms in event.perf_data.raw])  # ETDump times are in ms
+
+
+def program_instructions(program: bytes, method: str = "forward") -> list[tuple[str, str]] | None:
+    """``(kind, name)`` of each delegate and kernel call in ``method``, in order; ``None``
+    when the method jumps (control flow), so that order is not the order calls run in."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir.schema import DelegateCall, JumpFalseCall, KernelCall
+
+    plan = next(
+        p for p in deserialize_pte_binary(program).program.execution_plan if p.name == method
+    )
+    found = []
+    for chain in plan.chains:
+        for instruction in chain.instructions:
+            args = instruction.instr_args
+            if isinstance(args, JumpFalseCall):
+                return None
+            if isinstance(args, DelegateCall):
+                found.append(("delegate", plan.delegates[args.delegate_index].id))
+            elif isinstance(args, KernelCall):
+                operator = plan.operators[args.op_index]
+                overload = f".{operator.overload}" if operator.overload else ""
+                found.append(("kernel", f"{operator.name}{overload}"))
+    return found
+
+
+def delegate_times(program: bytes, inputs: Sequence[object], runs: int) -> list[DelegateTime]:
+    """Time each delegate call of ``program`` with ETDump; empty when calls cannot be matched."""
+    traced = trace(program, inputs, runs)
+    if traced is None:
         return []  # a method with control flow: the order no longer tells which is which
-    return [
-        DelegateTime(i, backend_id, Latency.of([ms / 1e3 for ms in event.perf_data.raw]))
-        for i, (event, backend_id) in enumerate(zip(calls, backend_ids))
-    ]
+    delegates = [step for step in traced.steps if step.kind == "delegate"]
+    return [DelegateTime(i, step.name, step.latency) for i, step in enumerate(delegates)]
 
 
 def delegate_backend_ids(program: bytes, method: str = "forward") -> list[str]:

@@ -10,7 +10,9 @@ is plain configuration (``backends`` and ``placement``), which reproduces it any
 measuring.
 
 This chooses among whole programs, not per region: a mix of backends per part of the graph
-that no order produces is not tried.
+that no order produces is not tried. Each distinct program is then traced (ETDump), so the plan
+says what every partition of the chosen program cost and, where another candidate ran the same
+nodes elsewhere, what they cost there.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from typing import Any
 
 import attrs
 
-from composer.latency import Latency, interleaved
+from composer.latency import Latency, ProgramTrace, interleaved, trace
 
 PLACEMENTS = ("priority", "strict", "measured")  # what users may ask for, everywhere
 MARGIN = 0.05  # a candidate must beat the declared order by this much to replace it
 RUNS = 100
+TRACE_RUNS = 30  # calls per program under ETDump, for the per-partition times
 VERSIONED = ("executorch-composer", "executorch", "torch", "openvino")
 
 
@@ -72,12 +75,56 @@ class Measurement:
 
 
 @attrs.frozen
+class Alternative:
+    """The same nodes as a partition of the chosen program, run elsewhere by another candidate."""
+
+    backend: str  # a backend, or "portable" for ExecuTorch's portable kernels
+    candidate: str  # the candidate's label
+    latency: Latency
+    extra_nodes: int = 0  # nodes that candidate's partition runs beyond these (0: the same)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "candidate": self.candidate,
+            "median_us": round(self.latency.median_us, 2),
+            "p90_us": round(self.latency.p90_us, 2),
+            "extra_nodes": self.extra_nodes,
+        }
+
+
+@attrs.frozen
+class PartitionTime:
+    """What one partition of the chosen program cost, traced; a node left to portable kernels
+    counts as a partition of its own, named after the node."""
+
+    partition: str  # the plan's partition id ("xnnpack:0"), or the portable node's name
+    backend: str
+    nodes: int
+    latency: Latency
+    alternatives: tuple[Alternative, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "backend": self.backend,
+            "nodes": self.nodes,
+            "median_us": round(self.latency.median_us, 2),
+            "p90_us": round(self.latency.p90_us, 2),
+            "alternatives": [a.to_dict() for a in self.alternatives],
+        }
+
+
+@attrs.frozen
 class Choice:
     """The candidate kept, every measurement, and whether they came from the cache."""
 
     chosen: Candidate
     measurements: tuple[Measurement, ...]
     cached: bool
+    partitions: tuple[PartitionTime, ...] = ()  # the chosen program's, traced
+    # the chosen program's traced call: whole, and outside its delegate and kernel calls
+    traced: dict[str, float] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +133,8 @@ class Choice:
             "cached": self.cached,
             "candidates": [m.to_dict() for m in self.measurements],
             "config": self.config_toml(),
+            "partitions": [p.to_dict() for p in self.partitions],
+            "traced": dict(self.traced),
         }
 
     def config_toml(self) -> str:
@@ -178,9 +227,143 @@ def measure(
         )
         for candidate in candidates(backends)
     )
-    choice = Choice(choose(measurements), measurements, cached=False)
+    chosen = choose(measurements)
+    traces = {}
+    for candidate in [chosen, *(c for c in composed if c != chosen)]:
+        digest = same.get(candidate)
+        over = budget_s is not None and time.perf_counter() - started > budget_s
+        if digest is None or digest in traces or (over and candidate != chosen):
+            continue
+        if progress is not None:
+            progress(f"placement: tracing {candidate.label}, {TRACE_RUNS} runs (ETDump)")
+        traces[digest] = trace(composed[candidate].buffer, inputs, TRACE_RUNS)
+    by_candidate = {c: traces[same[c]] for c in composed if traces.get(same.get(c)) is not None}
+    partitions, traced = partition_times(chosen, composed, by_candidate)
+    choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced)
     _write_cache(cache_dir, key, choice)
     return choice, composed
+
+
+@attrs.frozen
+class _Unit:
+    """A partition of a candidate's plan, or one node of it left to portable kernels."""
+
+    name: str
+    backend: str
+    nodes: frozenset[str]
+
+
+def units(plan) -> list[_Unit]:
+    """The partitions of ``plan``, then each node it leaves to portable kernels."""
+    from composer.plan import PORTABLE
+
+    found = [_Unit(p.id, p.backend, frozenset(p.nodes)) for p in plan.partitions]
+    found += [_Unit(n, PORTABLE, frozenset((n,))) for n in plan.nodes_on(PORTABLE)]
+    return found
+
+
+def unit_latencies(composition, traced: ProgramTrace) -> dict[str, Latency]:
+    """Each unit's traced time: a partition's delegate call, a portable node's kernel call.
+
+    The program's graph lists its calls in the order its instructions run them (a delegate
+    call's lowered module keeps the names of the plan nodes it holds); a kernel that is no
+    plan node (a copy ``to_executorch`` inserted) belongs to no unit.
+    """
+    graph = composition.program.exported_program().graph_module
+    calls = [
+        node
+        for node in graph.graph.nodes
+        if node.op == "call_function"
+        and getattr(node.target, "__name__", "") not in ("getitem", "alloc")
+    ]
+    kinds = ["delegate" if _is_delegate_call(n) else "kernel" for n in calls]
+    if kinds != [step.kind for step in traced.steps]:
+        return {}  # the graph and the instructions disagree: better no times than wrong ones
+    plan = composition.plan
+    partitions = {p.id: set(p.nodes) for p in plan.partitions}
+    found: dict[str, Latency] = {}
+    for node, step in zip(calls, traced.steps):
+        if step.kind == "delegate":
+            lowered = getattr(graph, node.args[0].target)
+            inside = {n.name for n in lowered.original_module.graph.nodes}
+            best = max(partitions, key=lambda p: len(partitions[p] & inside), default=None)
+            if best is not None and partitions[best] & inside:
+                found[best] = step.latency
+        elif plan.node_backends.get(node.name) == "portable":
+            found[node.name] = step.latency
+    return found
+
+
+def _is_delegate_call(node) -> bool:
+    return getattr(node.target, "__name__", "") == "executorch_call_delegate"
+
+
+def partition_times(
+    chosen: Candidate, composed: Mapping[Candidate, Any], traces: Mapping[Candidate, ProgramTrace]
+) -> tuple[tuple[PartitionTime, ...], dict[str, float]]:
+    """The chosen program's partitions with their traced times, and for each the same nodes as
+    other candidates ran them: on another backend, or on portable kernels."""
+    if chosen not in traces:
+        return (), {}
+    timed = {c: unit_latencies(composed[c], t) for c, t in traces.items()}
+    others = [
+        (c.label, units(composed[c].plan), timed[c])
+        for c in traces
+        if c != chosen and composed[c].buffer != composed[chosen].buffer
+    ]
+    found = tuple(
+        PartitionTime(
+            unit.name,
+            unit.backend,
+            len(unit.nodes),
+            timed[chosen][unit.name],
+            _alternatives(unit, others),
+        )
+        for unit in units(composed[chosen].plan)
+        if unit.name in timed[chosen]
+    )
+    whole = traces[chosen]
+    traced = {
+        "execute_median_us": round(whole.execute.median_us, 2),
+        "between_calls_us": round(whole.between_steps_us, 2),
+        "runs": whole.execute.runs,
+    }
+    return found, traced
+
+
+def _alternatives(unit: _Unit, others) -> tuple[Alternative, ...]:
+    """Per other backend, the closest match for ``unit``'s nodes among the other candidates:
+    a partition holding them all (fewest extra nodes first), or all of them on portable."""
+    from composer.plan import PORTABLE
+
+    best: dict[str, Alternative] = {}
+    for label, their_units, their_times in others:
+        options = [
+            Alternative(
+                other.backend, label, their_times[other.name], len(other.nodes - unit.nodes)
+            )
+            for other in their_units
+            if other.backend not in (unit.backend, PORTABLE)
+            and unit.nodes <= other.nodes
+            and other.name in their_times
+        ]
+        portable = [u.name for u in their_units if u.backend == PORTABLE and u.nodes <= unit.nodes]
+        if (
+            unit.backend != PORTABLE
+            and len(portable) == len(unit.nodes)
+            and all(name in their_times for name in portable)
+        ):
+            # A median of sums is not the sum of medians; close enough to rank kernels by.
+            kernels = [their_times[name] for name in portable]
+            total = Latency(sum(k.median_us for k in kernels), sum(k.p90_us for k in kernels),
+                            kernels[0].runs)  # fmt: skip
+            options.append(Alternative(PORTABLE, label, total))
+        for option in options:
+            kept = best.get(option.backend)
+            rank = (option.extra_nodes, option.latency.median_us)
+            if kept is None or rank < (kept.extra_nodes, kept.latency.median_us):
+                best[option.backend] = option
+    return tuple(best.values())
 
 
 def cache_key(program, backends: Sequence[str], settings: Mapping[str, Any], runs: int) -> str:
@@ -236,9 +419,29 @@ def _read_cache(folder: Path | None, key: str) -> Choice | None:
             )
             for item in data["candidates"]
         )
+        runs = data["traced"].get("runs", 0)  # no runs: the chosen program was not traced
+        partitions = tuple(
+            PartitionTime(
+                item["partition"],
+                item["backend"],
+                item["nodes"],
+                Latency(item["median_us"], item["p90_us"], runs),
+                tuple(
+                    Alternative(
+                        a["backend"],
+                        a["candidate"],
+                        Latency(a["median_us"], a["p90_us"], runs),
+                        a["extra_nodes"],
+                    )
+                    for a in item["alternatives"]
+                ),
+            )
+            for item in data["partitions"]
+        )
+        traced = dict(data["traced"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no entry, or one this version cannot read: measure again
-    return Choice(choose(measurements), measurements, cached=True)
+    return Choice(choose(measurements), measurements, True, partitions, traced)
 
 
 def _write_cache(folder: Path | None, key: str, choice: Choice) -> None:

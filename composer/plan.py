@@ -90,8 +90,21 @@ class Plan:
         return {node: p.device for p in self.partitions for node in p.nodes}
 
     def explain(self, node_name: str) -> list[tuple[str, str]]:
-        """(backend, what it answered) for each backend in priority order."""
-        return list(self.decisions.get(node_name, ()))
+        """(backend, what it answered) for each backend in priority order; for a measured plan,
+        then ("measured", what the node's partition cost here and elsewhere)."""
+        answers = list(self.decisions.get(node_name, ()))
+        timed = self.partition_time(node_name)
+        if timed is not None:
+            answers.append(("measured", _describe_time(timed)))
+        return answers
+
+    def partition_time(self, node_name: str) -> dict[str, Any] | None:
+        """The traced time of the partition ``node_name`` runs in (for a node on portable
+        kernels, of its kernel call), with the alternatives measured; ``None`` if not traced."""
+        unit = next((p.id for p in self.partitions if node_name in p.nodes), node_name)
+        return next(
+            (t for t in self.placement.get("partitions", ()) if t["partition"] == unit), None
+        )
 
     def backend_of(self, node_name: str) -> str:
         return self.node_backends[node_name]
@@ -118,6 +131,15 @@ class Plan:
                     f"  {item['candidate']}: {item['delegate_calls']} delegate call(s), median "
                     f"{item['median_us']:.1f} us, p90 {item['p90_us']:.1f} us"
                 )
+        timed = self.placement.get("partitions", ())
+        traced = self.placement.get("traced", {})
+        if timed:
+            lines.append(
+                f"  per partition, traced over {traced['runs']} runs (ETDump), median: the call "
+                f"{traced['execute_median_us']:.1f} us, {traced['between_calls_us']:.1f} us of "
+                "it between delegate and kernel calls"
+            )
+            lines += [f"    {_describe_time(t)}" for t in timed]
         config = self.placement.get("config", "").strip().replace("\n", ", ")
         if config:
             lines.append(f"  to reproduce without measuring, in composer.toml: {config}")
@@ -196,3 +218,16 @@ class Plan:
             why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
             lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
         return "\n".join(lines)
+
+
+def _describe_time(timed: dict[str, Any]) -> str:
+    """One line: a partition's traced time on its backend, then on each alternative."""
+    nodes = f"{timed['nodes']} node{'s' if timed['nodes'] != 1 else ''}"
+    line = f"{timed['partition']} ({nodes}) on {timed['backend']}: {timed['median_us']:.1f} us"
+    for other in timed["alternatives"]:
+        extra = other["extra_nodes"]
+        larger = f", in a partition with {extra} more node(s)" if extra else ""
+        line += (
+            f"; on {other['backend']} {other['median_us']:.1f} us ({other['candidate']}{larger})"
+        )
+    return line

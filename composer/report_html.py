@@ -23,6 +23,7 @@ PALETTE = (
     "#e377c2",
 )
 PORTABLE_COLOUR = "#9e9e9e"
+DASH = "\u2013"  # an empty cell
 CROSSING_COLOUR = "#d62728"
 
 # Geometry in SVG units; COLUMN - NODE_W - 2 * PAD is the gap between neighbouring boxes.
@@ -221,7 +222,7 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
         out.append(
             f'<g class="partition" data-partition="{_e(partition.id)}">'
             f"<title>{_e(partition.id)} on {_e(partition.device)}: "
-            f"{len(partition.nodes)} nodes</title>"
+            f"{len(partition.nodes)} nodes{_e(_traced(plan, partition.nodes[0]))}</title>"
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{bw:.0f}" height="{bh:.0f}" rx="8" '
             f'fill="{colour}" fill-opacity="0.12" stroke="{colour}" stroke-width="1.5"/>'
             f'<text x="{x + 6:.0f}" y="{y + 14:.0f}" font-weight="bold" fill="{colour}">'
@@ -253,7 +254,7 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
         out.append(
             f'<g class="node" id="{_e(node)}" data-node="{_e(node)}" '
             f'data-backend="{_e(backend)}"><title>{_e(node)}\n{_e(op)} on {_e(where)} '
-            f"({_e(plan.device_of(node))})</title>"
+            f"({_e(plan.device_of(node))}){_e(_traced(plan, node))}</title>"
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{NODE_W}" height="{NODE_H}" rx="4" '
             f'fill="{colours.get(backend, PORTABLE_COLOUR)}"/>'
             f'<text x="{x + NODE_W / 2:.0f}" y="{y + NODE_H / 2 + 4:.0f}" text-anchor="middle" '
@@ -262,6 +263,74 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
         )
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _traced(plan: Plan, node: str) -> str:
+    timed = plan.partition_time(node)
+    return "" if timed is None else f"\nmeasured: {timed['median_us']:.1f} us (median, traced)"
+
+
+def _measured(plan: Plan) -> str:
+    """How a measured placement chose: every candidate's time, then each partition's."""
+    placement = plan.placement
+    if not placement:
+        return ""
+    source = " (measurements from the cache)" if placement.get("cached") else ""
+    parts = [
+        "<h2>Measured placement</h2>",
+        (
+            f"<p>Chose <b>{_e(placement['chosen'])}</b>{_e(source)}: the candidates were composed "
+            "and timed together in the ExecuTorch runtime on this machine.</p>"
+        ),
+        (
+            '<table class="candidates"><tr><th>candidate</th><th>delegate calls</th>'
+            "<th>median us</th><th>p90 us</th><th>note</th></tr>"
+        ),
+    ]
+    for item in placement["candidates"]:
+        chosen = ' class="chosen"' if item["candidate"] == placement["chosen"] else ""
+        median = DASH if item["median_us"] is None else f"{item['median_us']:.1f}"
+        p90 = DASH if item["p90_us"] is None else f"{item['p90_us']:.1f}"
+        calls = DASH if item["delegate_calls"] is None else item["delegate_calls"]
+        parts.append(
+            f'<tr data-candidate="{_e(item["candidate"])}"{chosen}>'
+            f"<td>{_e(item['candidate'])}</td><td>{calls}</td><td>{median}</td>"
+            f"<td>{p90}</td><td>{_e(item['note'])}</td></tr>"
+        )
+    parts.append("</table>")
+    timed = placement.get("partitions", ())
+    if not timed:
+        parts.append("<p>No per-partition times: the chosen program could not be traced.</p>")
+        return "\n".join(parts)
+    traced = placement["traced"]
+    parts += [
+        (
+            f"<p>Per partition of the chosen program, traced over {traced['runs']} runs with "
+            f"ExecuTorch's event tracer (ETDump), medians. The whole call took "
+            f"{traced['execute_median_us']:.1f} us under the tracer, "
+            f"{traced['between_calls_us']:.1f} us of it between the delegate and kernel calls. "
+            "Elsewhere: the same nodes as another candidate ran them.</p>"
+        ),
+        (
+            '<table class="partition-times"><tr><th>partition</th><th>backend</th><th>nodes</th>'
+            "<th>median us</th><th>p90 us</th><th>elsewhere</th></tr>"
+        ),
+    ]
+    for item in timed:
+        elsewhere = "<br>".join(
+            f"{_e(a['backend'])}: {a['median_us']:.1f} us ({_e(a['candidate'])}"
+            + (f", {a['extra_nodes']} more nodes in that partition" if a["extra_nodes"] else "")
+            + ")"
+            for a in item["alternatives"]
+        )
+        parts.append(
+            f'<tr data-partition="{_e(item["partition"])}"><td>{_e(item["partition"])}</td>'
+            f"<td>{_e(item['backend'])}</td><td>{item['nodes']}</td>"
+            f"<td>{item['median_us']:.1f}</td><td>{item['p90_us']:.1f}</td>"
+            f"<td>{elsewhere or DASH}</td></tr>"
+        )
+    parts.append("</table>")
+    return "\n".join(parts)
 
 
 def _op_summary(ops: Counter[str]) -> str:
@@ -330,6 +399,7 @@ h1 { font-size: 20px; margin: 0 0 8px; } h2 { font-size: 16px; margin: 20px 0 6p
 .graph { overflow: auto; border: 1px solid #ccc; max-height: 80vh; }
 .graph svg { display: block; }
 .note { color: #666; font-size: 12px; margin: 4px 0; }
+tr.chosen td { font-weight: bold; }
 table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: 3px 8px;
   text-align: left; vertical-align: top; } th { background: #f3f3f3; }
 """
@@ -349,7 +419,7 @@ def _backend_facts(plan: Plan) -> str:
 
 def render_html(plan: Plan, title: str = "composer plan") -> str:
     """A complete, offline HTML page picturing ``plan``: the graph by backend, partitions,
-    device crossings, per-backend summary and fallbacks."""
+    device crossings, per-backend summary and fallbacks, and how a measured placement chose."""
     lanes = _lanes(plan)
     colours = _colours(lanes)
     layout = _layout(plan)
@@ -376,6 +446,7 @@ def render_html(plan: Plan, title: str = "composer plan") -> str:
                 "the device-crossing total also counts graph inputs and outputs.</p>"
             ),
             _tables(plan, lanes, colours),
+            _measured(plan),
             "</body></html>",
         ]
     )

@@ -8,7 +8,7 @@ import torch
 import composer
 from composer import zoo
 from composer.cli import main
-from composer.latency import Latency
+from composer.latency import Latency, program_instructions, trace
 from composer.placement import MARGIN, Candidate, Measurement, candidates, choose
 
 
@@ -61,11 +61,28 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     assert "placement: measured, chose " in first.plan.summary_table()
     assert list(cache.glob("placement/*.json"))
 
+    # Every partition of the chosen program, and every node it leaves to portable kernels,
+    # has its traced time; cumsum's has one elsewhere too, whichever candidate won: the
+    # candidates run it on portable kernels and on OpenVINO.
+    plan = first.plan
+    timed = {item["partition"]: item for item in placement["partitions"]}
+    assert list(timed) == [p.id for p in plan.partitions] + plan.nodes_on("portable")
+    assert all(item["median_us"] > 0 for item in timed.values())
+    cumsum = plan.partition_time("aten_cumsum_default")
+    assert cumsum is not None and cumsum in timed.values()
+    elsewhere = {a["backend"] for a in cumsum["alternatives"]}
+    assert elsewhere and cumsum["backend"] not in elsewhere
+    assert elsewhere <= {"openvino", "xnnpack", "portable"}
+    measured = dict(plan.explain("aten_cumsum_default"))["measured"]
+    assert measured.startswith(f"{cumsum['partition']} (1 node) on {cumsum['backend']}: ")
+    assert "per partition, traced over 30 runs (ETDump)" in plan.summary_table()
+
     lines.clear()
     second = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured",
                               progress=lines.append)  # fmt: skip
     assert second.plan.placement["cached"]
     assert second.plan.placement["chosen"] == placement["chosen"]
+    assert second.plan.placement["partitions"] == placement["partitions"]
     assert lines == [f"placement: measurements from the cache ({placement['chosen']})"]
 
     # New weights are a new program: never a stale hit.
@@ -104,3 +121,18 @@ def test_cache_info_and_clear(cache, capsys):
     assert main(["cache", "info"]) == 0
     assert "placement: 0 entries, 0 bytes" in capsys.readouterr().out
     assert cache.is_dir()  # only composer's own subfolders go
+
+
+def test_trace_times_every_delegate_and_kernel_call_in_order():
+    model, inputs = zoo.load("transformer_block")
+    composition = composer.compose(model, ["xnnpack"], inputs)
+    # 40 calls: a debug buffer for intermediate tensors used to abort the process after 14.
+    traced = trace(composition.buffer, composition.example_inputs, 40)
+    assert traced is not None
+    assert [(s.kind, s.name) for s in traced.steps] == program_instructions(composition.buffer)
+    kinds = [s.kind for s in traced.steps]
+    assert kinds.count("delegate") == composition.plan.delegate_calls
+    assert kinds.count("kernel") >= len(composition.plan.nodes_on("portable"))
+    assert ("kernel", "aten::native_layer_norm.out") in [(s.kind, s.name) for s in traced.steps]
+    assert all(s.latency.runs == 40 for s in traced.steps)
+    assert traced.execute.median_us >= max(s.latency.median_us for s in traced.steps)

@@ -217,3 +217,42 @@ def test_screenshot_shows_every_node_box_in_its_backends_colour(rendered, tmp_pa
             f"node {group.get('data-node')} ({group.get('data-backend')}): only {share:.0%} of "
             f"its box is drawn in {rect_of_fill(group)}"
         )
+
+
+def test_a_measured_plan_shows_every_candidate_and_each_partitions_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        model, inputs = zoo.load("cumsum_mlp")
+        plan = composer.plan(model, ["xnnpack", "openvino"], inputs, placement="measured")
+    page = render_html(plan)
+    balance = TagBalance()
+    balance.feed(page)
+    balance.close()
+    assert balance.open == []
+    placement = plan.placement
+    rows = re.findall(r'<tr data-candidate="([^"]+)"( class="chosen")?>(.*?)</tr>', page)
+    assert [label for label, _, _ in rows] == [c["candidate"] for c in placement["candidates"]]
+    assert [label for label, chosen, _ in rows if chosen] == [placement["chosen"]]
+    for (_, _, cells), candidate in zip(rows, placement["candidates"]):
+        assert f"<td>{candidate['median_us']:.1f}</td>" in cells
+
+    timed = re.findall(r'<tr data-partition="([^"]+)">(.*?)</tr>', page)
+    assert [p for p, _ in timed] == [t["partition"] for t in placement["partitions"]]
+    for (_, cells), item in zip(timed, placement["partitions"]):
+        assert f"<td>{item['median_us']:.1f}</td>" in cells
+        for other in item["alternatives"]:
+            assert f"{other['backend']}: {other['median_us']:.1f} us ({other['candidate']}" in (
+                cells
+            )
+    assert any(item["alternatives"] for item in placement["partitions"])
+
+    # Hovering a partition's box or a portable node says what it cost.
+    titles = {
+        g.get("data-partition") or g.get("data-node"): g.find(f"{SVG}title").text
+        for g in svg_root(page).iter(f"{SVG}g")
+        if g.get("data-partition") or (g.get("data-node") and g.get("data-backend") == PORTABLE)
+    }
+    for item in placement["partitions"]:
+        assert f"measured: {item['median_us']:.1f} us" in titles[item["partition"]]
