@@ -184,6 +184,42 @@ class MobileNet(nn.Module):
         return self.head(x)
 
 
+def conv_bn_relu(inputs: int, outputs: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(inputs, outputs, 3, padding=1, bias=False), nn.BatchNorm2d(outputs), nn.ReLU()
+    )
+
+
+class UNet(nn.Module):
+    """A small U-Net for semantic segmentation: a conv encoder with max pooling, a decoder of
+    transposed convs joined with the encoder's maps, and per-pixel class probabilities.
+
+    Its last op is what segmentation models end with at inference, a softmax over the class
+    channel (dim 1). XNNPACK takes softmax only over the last dim, so alone it leaves that op
+    to ExecuTorch's scalar portable kernel, which costs more than its whole conv trunk; the
+    backends complement each other on it (bench/RESULTS.md, measured placement).
+    """
+
+    def __init__(self, classes: int = 21, width: int = 8) -> None:
+        super().__init__()
+        self.down1 = conv_bn_relu(3, width)
+        self.down2 = conv_bn_relu(width, 2 * width)
+        self.bottom = conv_bn_relu(2 * width, 2 * width)
+        self.up2 = nn.ConvTranspose2d(2 * width, 2 * width, 2, stride=2)
+        self.join2 = conv_bn_relu(4 * width, width)
+        self.up1 = nn.ConvTranspose2d(width, width, 2, stride=2)
+        self.join1 = conv_bn_relu(2 * width, width)
+        self.head = nn.Conv2d(width, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first = self.down1(x)
+        second = self.down2(nn.functional.max_pool2d(first, 2))
+        y = self.bottom(nn.functional.max_pool2d(second, 2))
+        y = self.join2(torch.cat((self.up2(y), second), dim=1))
+        y = self.join1(torch.cat((self.up1(y), first), dim=1))
+        return torch.softmax(self.head(y), dim=1)
+
+
 class CachedAttention(nn.Module):
     """Llama attention with rotary embedding over a KV cache updated in place at input_pos."""
 
@@ -314,6 +350,7 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     "gru": lambda: (GRUClassifier(), (torch.randn(1, 6, 8),)),
     "cond": lambda: (CondMLP(), (torch.randn(4, 16),)),
     "tied_lm": lambda: (TiedLM(), (torch.randint(0, 64, (1, 6)),)),
+    "unet": lambda: (UNet(), (torch.randn(1, 3, 96, 96),)),
 }
 
 
