@@ -1,52 +1,117 @@
-"""Measured placement over the zoo: what it chose, against priority and each backend alone.
+"""Measured placement over the zoo, side by side with eager, each backend alone and priority.
 
-    .venv/bin/python bench/placement_bench.py [--models mlp,cnn] [--stacks "openvino,xnnpack;xnnpack,openvino"]
+    .venv/bin/python bench/placement_bench.py [--models mlp,unet] [--stacks "openvino,xnnpack;xnnpack,openvino"] [--runs 100] [--json out.json]
 
-For every model and stack, ``composer.plan(..., placement="measured", cache=False)`` composes
-each candidate (the declared order with priority and strict placement, the other orders, each
-backend alone), runs it in the pip ExecuTorch runtime and times them together; this prints
-the candidates' medians from that one run, the choice, and its speed-up over the declared
-order and over the best single backend.
+For every model: each backend alone, each stack with priority placement, and each stack with
+``placement="measured"`` (which composes its candidates, times them in the pip ExecuTorch
+runtime and keeps the fastest) are composed; then eager and every distinct program are timed
+together, interleaved in blocks (``composer.latency.interleaved``), so every ratio in a row
+comes from one run. Programs that lower to the same bytes are timed once.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
 import json
 import sys
 import warnings
 
+import torch
+
 import composer
 from composer import zoo
+from composer.latency import interleaved
+from composer.runtime import LoadedProgram
+from composer.verification import compare
 
-MODELS = ("mlp", "cnn", "mobilenet", "transformer_block", "llama_block", "gru", "cumsum_mlp")
+MODELS = ("mlp", "cnn", "mobilenet", "transformer_block", "llama_block", "gru", "cumsum_mlp",
+          "unet")  # fmt: skip
 STACKS = ("openvino,xnnpack", "xnnpack,openvino")
+HEADER = (
+    "| model | stack | eager us | xnnpack alone us | openvino alone us | priority us "
+    "| measured chose | measured us | measured vs best single | measured vs priority "
+    "| measured max abs error |"
+)
+
+
+def bench_model(name: str, stacks: list[list[str]], runs: int) -> list[dict]:
+    """One model: compose every program, time them all with eager in one interleaved run."""
+    model, inputs = zoo.load(name)
+    singles = sorted({backend for stack in stacks for backend in stack})
+    # Keyed by placement.Candidate labels: a measured choice that is the same configuration as
+    # a program composed here is that program (an OpenVINO blob differs between two lowerings
+    # of one model, so the bytes alone would not tell).
+    programs = {f"{b} alone": composer.compose(model, [b], inputs) for b in singles}
+    chosen = {}
+    for stack in stacks:
+        label = ",".join(stack)
+        programs[f"{label} (priority)"] = composer.compose(model, stack, inputs)
+    for stack in stacks:
+        measured = composer.compose(model, stack, inputs, placement="measured", cache=False)
+        chosen[",".join(stack)] = measured.plan.placement
+        programs.setdefault(measured.plan.placement["chosen"], measured)
+    eager = copy.deepcopy(model)
+    with torch.no_grad():
+        expected = eager(*inputs)
+    digests = {label: hashlib.sha256(c.buffer).hexdigest() for label, c in programs.items()}
+    loaded, errors = {}, {}
+    for label, composition in programs.items():
+        digest = digests[label]
+        if digest not in loaded:
+            loaded[digest] = LoadedProgram(composition.buffer)
+            _ok, errors[digest] = compare(loaded[digest].run(inputs), expected)
+    calls = {"eager": lambda: eager(*inputs)}
+    calls.update({digest: program.timed_call(inputs) for digest, program in loaded.items()})
+    with torch.no_grad():
+        timed = interleaved(calls, runs)
+    us = {label: timed[digests[label]].median_us for label in programs}
+    rows = []
+    for stack in stacks:
+        label = ",".join(stack)
+        best = min(us[f"{b} alone"] for b in stack)
+        kept = chosen[label]["chosen"]
+        measured = us[kept]
+        rows.append({
+            "model": name,
+            "stack": label,
+            "eager_us": timed["eager"].median_us,
+            **{f"{b}_alone_us": us[f"{b} alone"] for b in singles},
+            "priority_us": us[f"{label} (priority)"],
+            "measured_chose": kept,
+            "measured_us": measured,
+            "measured_vs_best_single": best / measured,
+            "measured_vs_priority": us[f"{label} (priority)"] / measured,
+            "measured_max_abs_error": errors[digests[kept]],
+            "runs": runs,
+            "placement": chosen[label],
+        })  # fmt: skip
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--stacks", default=";".join(STACKS))
+    parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--json", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
+    stacks = [stack.split(",") for stack in args.stacks.split(";")]
+    print(HEADER)
+    print("|---" * HEADER.count(" | ") + "|---|")
     rows = []
-    print("| model | stack | declared (priority) us | best single us | measured chose "
-          "| its us | vs declared | vs best single |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        model, inputs = zoo.load(name)
-        for stack in args.stacks.split(";"):
-            plan = composer.plan(model, stack.split(","), inputs, placement="measured", cache=False)
-            found = {c["candidate"]: c for c in plan.placement["candidates"]}
-            declared = plan.placement["candidates"][0]["median_us"]
-            singles = [c["median_us"] for c in found.values() if c["candidate"].endswith(" alone")]
-            chosen = found[plan.placement["chosen"]]["median_us"]
-            rows.append({"model": name, "stack": stack, **plan.placement})
+        for row in bench_model(name, stacks, args.runs):
+            rows.append(row)
             print(
-                f"| {name} | {stack} | {declared:.1f} | {min(singles):.1f} "
-                f"| {plan.placement['chosen']} | {chosen:.1f} | {declared / chosen:.2f}x "
-                f"| {min(singles) / chosen:.2f}x |",
+                f"| {name} | {row['stack']} | {row['eager_us']:.1f} "
+                f"| {row.get('xnnpack_alone_us', float('nan')):.1f} "
+                f"| {row.get('openvino_alone_us', float('nan')):.1f} "
+                f"| {row['priority_us']:.1f} | {row['measured_chose']} | {row['measured_us']:.1f} "
+                f"| {row['measured_vs_best_single']:.2f}x | {row['measured_vs_priority']:.2f}x "
+                f"| {row['measured_max_abs_error']:.2g} |",
                 flush=True,
             )
     if args.json:
