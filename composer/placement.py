@@ -182,6 +182,7 @@ def measure(
 ) -> tuple[Choice, dict[Candidate, Any]]:
     """Compose and time every candidate (cached by ``key``); returns the choice and the
     compositions it made (none when the cache answered)."""
+    from composer.errors import ComposerError
     from composer.runtime import LoadedProgram
 
     cached = _read_cache(cache_dir, key)
@@ -194,13 +195,21 @@ def measure(
     notes: dict[Candidate, str] = {}
     same: dict[Candidate, str] = {}  # candidate -> digest of its program
     loaded = {}
+    failures: list[ComposerError] = []
     for index, candidate in enumerate(candidates(backends)):
         if index and budget_s is not None and time.perf_counter() - started > budget_s:
             notes[candidate] = f"not measured: over the tune budget of {budget_s:g} s"
             continue
         if progress is not None:
             progress(f"placement: composing {candidate.label}")
-        composition = compose_candidate(candidate)
+        try:
+            composition = compose_candidate(candidate)
+        except ComposerError as error:
+            # One order or backend failing to lower (OpenVINO alone keeps a bilinear upsample
+            # whole that it cannot take) leaves the others to choose from.
+            failures.append(error)
+            notes[candidate] = f"not composed: {_first_line(error)}"
+            continue
         composed[candidate] = composition
         runnable, why = composition.runtime_can_run()
         if not runnable:
@@ -209,10 +218,17 @@ def measure(
         # Candidates that lower to the same bytes are one program: timed once, so that noise
         # cannot rank a program against itself.
         digest = hashlib.sha256(composition.buffer).hexdigest()
-        same[candidate] = digest
         if digest not in loaded:
-            loaded[digest] = LoadedProgram(composition.buffer)
-            loaded[digest].run(inputs)  # checks the inputs once, outside the timing
+            try:
+                program = LoadedProgram(composition.buffer)
+                program.run(inputs)  # checks the inputs once, outside the timing
+            except ComposerError as error:
+                notes[candidate] = f"not timed: {_first_line(error)}"
+                continue
+            loaded[digest] = program
+        same[candidate] = digest
+    if not composed and failures:
+        raise failures[0]
     if progress is not None:
         progress(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each")
     timed = (
@@ -242,6 +258,10 @@ def measure(
     choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced)
     _write_cache(cache_dir, key, choice)
     return choice, composed
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 @attrs.frozen

@@ -136,3 +136,38 @@ def test_trace_times_every_delegate_and_kernel_call_in_order():
     assert ("kernel", "aten::native_layer_norm.out") in [(s.kind, s.name) for s in traced.steps]
     assert all(s.latency.runs == 40 for s in traced.steps)
     assert traced.execute.median_us >= max(s.latency.median_us for s in traced.steps)
+
+
+def test_unet_gives_the_backends_parts_each_runs_best():
+    # The premise of the zoo's unet (bench/RESULTS.md): XNNPACK takes its whole conv trunk but
+    # not the softmax over the class channel, which OpenVINO takes as one more call.
+    model, inputs = zoo.load("unet")
+    alone = composer.plan(model, ["xnnpack"], inputs)
+    assert [alone.node_ops[n] for n in alone.nodes_on("portable")] == ["aten._softmax.default"]
+    mixed = composer.plan(model, ["xnnpack", "openvino"], inputs)
+    assert mixed.delegate_calls == 2
+    assert mixed.nodes_on("xnnpack") == alone.nodes_on("xnnpack")
+    assert mixed.ops_on("openvino") == {"aten._softmax.default": 1}
+    assert mixed.ops_on("xnnpack")["aten.convolution.default"] == 8
+
+
+class Upsampler(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear"))
+
+
+def test_a_candidate_that_fails_to_lower_is_noted_and_the_rest_measured(cache):
+    # OpenVINO alone keeps upsample_bilinear2d whole (its ops_to_not_decompose) but does not
+    # take it, so ExecuTorch refuses that program; with XNNPACK in the stack it lowers.
+    inputs = (torch.randn(1, 4, 8, 8),)
+    plan = composer.plan(Upsampler().eval(), ["xnnpack", "openvino"], inputs,
+                         placement="measured")  # fmt: skip
+    found = {item["candidate"]: item for item in plan.placement["candidates"]}
+    assert found["openvino alone"]["note"].startswith("not composed: ")
+    assert found["openvino alone"]["median_us"] is None
+    assert found["xnnpack,openvino (priority)"]["median_us"] is not None
+    assert plan.placement["chosen"] != "openvino alone"
