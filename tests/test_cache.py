@@ -54,7 +54,9 @@ def test_a_second_compose_is_answered_by_the_cache_with_the_same_bytes(cache):
     # What only lowering makes is lowered again on demand, from cached partitions.
     assert second.delegate_backend_ids() == {"XnnpackBackend"}
     assert second.program.buffer == first.buffer
-    assert {"program", "module", "partition"} <= {k for k, (n, _) in info(cache).entries.items() if n}
+    assert {"program", "module", "partition"} <= {
+        k for k, (n, _) in info(cache).entries.items() if n
+    }
 
 
 def test_cache_false_reads_and_writes_nothing(cache):
