@@ -45,9 +45,10 @@ def _settings(stack, args: argparse.Namespace) -> dict:
         "never": stack.never,
         "min_partition_size": stack.min_partition_size,
         "placement": stack.placement,
+        "cache": not args.no_cache,
     }
     if stack.placement == "measured":
-        settings.update(tune_budget=args.tune_budget, cache=not args.no_cache)
+        settings.update(tune_budget=args.tune_budget)
     return settings
 
 
@@ -334,7 +335,8 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--no-cache", action="store_true",
-        help="with --placement measured: measure again instead of reading earlier measurements",
+        help="neither read nor write composer's cache (composed programs, lowered partitions, "
+        "measured placements): lower and measure again",
     )  # fmt: skip
     parser.add_argument(
         "--no-consolidate", action="store_true", help="the same as --placement strict",

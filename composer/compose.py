@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -9,17 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
-from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch.export import ExportedProgram
 
 from composer.atomic import write_all
+from composer.cache import Store, cache_dir
 from composer.errors import BackendListError, ComposerError, ModelError
 from composer.plan import Plan
 from composer.registry import Registry, default_registry
-from composer.runtime import registered_backends
-from composer.scheduler.stack import StackSettings, lower_stack
+from composer.runtime import program_backend_ids, registered_backends
 
 if TYPE_CHECKING:
+    from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
+
     from composer.verification import Verification
 
 Model = ExportedProgram | torch.nn.Module
@@ -49,17 +51,19 @@ def export_model(model: Model, example_inputs: Sequence[Any] | None) -> Exported
         ) from error
 
 
-def _example_inputs(program: ExportedProgram, given: Sequence[Any] | None) -> tuple:
+def _example_inputs(model: Model, given: Sequence[Any] | None) -> tuple:
     if given is not None:
         return tuple(given)
-    stored = getattr(program, "example_inputs", None)
+    stored = getattr(model, "example_inputs", None)
     if stored:
         args, _kwargs = stored
         return tuple(args)
     return ()
 
 
-def _settings(resolved, options, never, min_partition_size, progress, consolidate) -> StackSettings:
+def _settings(resolved, options, never, min_partition_size, progress, consolidate) -> dict:
+    """The stack's settings, checked: keyword arguments of ``StackSettings``, which is only
+    built when lowering starts (it imports ExecuTorch, which a cache hit does without)."""
     names = {backend.name for backend in resolved}
     for what, given in (
         ("options", options),
@@ -85,13 +89,13 @@ def _settings(resolved, options, never, min_partition_size, progress, consolidat
         )
         for backend in resolved
     }
-    return StackSettings(
-        options=checked,
-        never={k: frozenset(v) for k, v in (never or {}).items()},
-        min_partition_size=dict(min_partition_size or {}),
-        progress=progress,
-        consolidate=consolidate,
-    )
+    return {
+        "options": checked,
+        "never": {k: frozenset(v) for k, v in (never or {}).items()},
+        "min_partition_size": dict(min_partition_size or {}),
+        "progress": progress,
+        "consolidate": consolidate,
+    }
 
 
 def _consolidates(placement: str, consolidate: bool) -> bool:
@@ -143,17 +147,41 @@ def plan(
     if placement == "measured":
         return _measured(model, backends, example_inputs, options, never, min_partition_size,
                          progress, tune_budget, cache, registry).plan  # fmt: skip
+    given_registry = registry is not None
     resolved, registry, unavailable = _prepare(backends, registry, True)
     consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
-    program = export_model(model, example_inputs)
-    # Plan mode compiles nothing: every backend lowers to the stand-in.
-    all_stand_ins = {backend.name for backend in resolved}
-    _edge, result = lower_stack(program, resolved, registry, all_stand_ins, settings)
-    return attrs.evolve(
-        _with_backend_facts(result, resolved),
-        stand_ins=tuple(b.name for b in resolved if b.name in unavailable),
-    )
+    cached = _program_cache("plan", cache and not given_registry, resolved, settings)
+    result = cached.by_module(model, example_inputs) if cached else None
+    if result is None:
+        program = export_model(model, example_inputs)
+        result = cached.by_program(program) if cached else None
+    if result is None:
+        from composer.scheduler.stack import StackSettings, lower_stack
+
+        # Plan mode compiles nothing: every backend lowers to the stand-in.
+        all_stand_ins = {backend.name for backend in resolved}
+        _edge, result = lower_stack(
+            program, resolved, registry, all_stand_ins, StackSettings(**settings)
+        )
+        result = _with_backend_facts(result, resolved)
+        if cached:
+            cached.save(result)
+    elif progress is not None:
+        progress(f"reused the plan from the cache ({cache_dir()})")
+    return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
+
+
+def _program_cache(kind: str, wanted: bool, resolved, settings: dict):
+    """The cache of whole results for this stack, if caching is on and the stack digestible.
+
+    Not with an explicit registry: it may hold plugin objects whose state no digest sees,
+    while installed plugins are known by distribution, version and code."""
+    if not wanted:
+        return None
+    from composer.program_cache import ProgramCache
+
+    return ProgramCache.open(cache_dir(), kind, resolved, settings)
 
 
 def _measured(
@@ -162,7 +190,6 @@ def _measured(
 ) -> Composition:  # fmt: skip
     """Compose with the fastest candidate placement, measured here (composer.placement)."""
     from composer import placement as measured
-    from composer.cache import cache_dir
 
     registry = registry or default_registry()
     resolved = registry.resolve(backends)
@@ -240,11 +267,68 @@ def compose(
     if placement == "measured":
         return _measured(model, backends, example_inputs, options, never, min_partition_size,
                          progress, tune_budget, cache, registry)  # fmt: skip
+    given_registry = registry is not None
     resolved, registry, stand_ins = _prepare(backends, registry, False)
     consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
-    program = export_model(model, example_inputs)
-    edge, result = lower_stack(program, resolved, registry, stand_ins, settings)
+    folder = cache_dir() if cache else None
+    cached = _program_cache("program", cache and not given_registry, resolved, settings)
+    exported: list[ExportedProgram] = []
+
+    def program() -> ExportedProgram:
+        if not exported:
+            exported.append(export_model(model, example_inputs))
+        return exported[0]
+
+    def lower() -> Lowered:
+        return _lower(program(), resolved, registry, stand_ins, settings, folder)
+
+    stored = cached.by_module(model, example_inputs) if cached else None
+    if stored is None and cached:
+        stored = cached.by_program(program())
+    if stored is not None:
+        if progress is not None:
+            progress(f"reused the composed program from the cache ({folder})")
+        return Composition(stored["buffer"], stored["data_files"], stored["plan"],
+                           _eager(model, program), _example_inputs(model, example_inputs),
+                           from_cache=True, lower=lower)  # fmt: skip
+    lowered = lower()
+    composition = Composition(lowered.buffer, lowered.data_files, lowered.plan,
+                              _eager(model, program), _example_inputs(model, example_inputs),
+                              lowered=lowered)  # fmt: skip
+    if cached:
+        cached.save({"buffer": composition.buffer, "data_files": composition.data_files,
+                     "plan": composition.plan})  # fmt: skip
+    return composition
+
+
+def _eager(model: Model, program: Callable[[], ExportedProgram]) -> torch.nn.Module:
+    return model if isinstance(model, torch.nn.Module) else program().module()
+
+
+@attrs.frozen
+class Lowered:
+    """What lowering made besides the bytes: ExecuTorch's program managers and the reference."""
+
+    buffer: bytes
+    data_files: dict[str, bytes]
+    plan: Plan
+    program: ExecutorchProgramManager
+    edge: EdgeProgramManager
+    reference: torch.nn.Module
+
+
+def _lower(program, resolved, registry, stand_ins, settings: dict, folder: Path | None) -> Lowered:
+    from composer.partition_cache import reusing
+    from composer.scheduler.stack import StackSettings, lower_stack
+
+    with contextlib.ExitStack() as stack:
+        if folder is not None:
+            lowering = {b.spec.backend_id: b.name for b in resolved if b.name not in stand_ins}
+            stack.enter_context(reusing(lowering, Store(folder, "partition"), settings["progress"]))
+        edge, result = lower_stack(
+            program, resolved, registry, stand_ins, StackSettings(**settings)
+        )
     result = _with_backend_facts(result, resolved)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
@@ -256,33 +340,55 @@ def compose(
             f"to_executorch failed after lowering with {list(result.backends)}: "
             f"{type(error).__name__}: {error}"
         ) from error
-    return Composition(
+    return Lowered(
         buffer=executorch_program.buffer,
         # ExecutorchProgramManager exposes the .ptd data only as a private attribute.
         data_files={
             name: bytes(cord) for name, cord in (executorch_program._tensor_data or {}).items()
         },
-        program=executorch_program,
         plan=result,
+        program=executorch_program,
         edge=edge,
         reference=reference,
-        eager=model if isinstance(model, torch.nn.Module) else program.module(),
-        example_inputs=_example_inputs(program, example_inputs),
     )
 
 
 @attrs.define
 class Composition:
-    """A composed ExecuTorch program: its bytes, its plan, and a way to check it."""
+    """A composed ExecuTorch program: its bytes, its plan, and a way to check it.
+
+    From the cache (``from_cache``) it holds the bytes and the plan only; ``program``, ``edge``
+    and ``reference`` are lowered again (lowered partitions reused) when first asked for.
+    """
 
     buffer: bytes
     data_files: dict[str, bytes]  # external tensor data (.ptd), e.g. CUDA weights
-    program: ExecutorchProgramManager
     plan: Plan
-    edge: EdgeProgramManager  # lowered, then converted by to_executorch
-    reference: torch.nn.Module  # the lowered program as Python: delegates run their subgraphs
     eager: torch.nn.Module
     example_inputs: tuple
+    from_cache: bool = False
+    _lowered: Lowered | None = attrs.field(default=None, alias="lowered", repr=False)
+    _lower: Callable[[], Lowered] | None = attrs.field(default=None, alias="lower", repr=False)
+
+    def _lowering(self) -> Lowered:
+        if self._lowered is None:
+            assert self._lower is not None, "a Composition needs its lowering or a way to redo it"
+            self._lowered = self._lower()
+        return self._lowered
+
+    @property
+    def program(self) -> ExecutorchProgramManager:
+        return self._lowering().program
+
+    @property
+    def edge(self) -> EdgeProgramManager:
+        """The lowered edge program, after to_executorch converted it."""
+        return self._lowering().edge
+
+    @property
+    def reference(self) -> torch.nn.Module:
+        """The lowered program as Python: delegates run their subgraphs."""
+        return self._lowering().reference
 
     def save(self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None) -> Path:
         """Write the .pte, any .ptd data files beside it, and ``extra`` files, all or none."""
@@ -303,11 +409,7 @@ class Composition:
 
     def delegate_backend_ids(self) -> set[str]:
         """The ExecuTorch backend ids of this program's delegates."""
-        return {
-            lowered.backend_id
-            for _name, lowered in self.edge.exported_program().graph_module.named_children()
-            if hasattr(lowered, "backend_id")
-        }
+        return program_backend_ids(self.buffer)
 
     def verify(self, inputs: Sequence[Any] | None = None) -> Verification:
         """Run the composed program and compare with eager (see :mod:`composer.verification`)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import itertools
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 import composer
 from composer import zoo
 from composer.scheduler.consolidate import islands_to_move
+from composer.testing import _lowered_with_stand_ins
 
 DEVICES = {"gpu": "cuda", "dsp": "cuda", "cpu": "cpu", "cpu2": "cpu"}
 
@@ -69,25 +69,16 @@ def test_cumsum_mlp_on_xnnpack_cuda_keeps_xnnpack_around_one_cuda_partition():
     )
 
 
-def planned(monkeypatch, model, stack, inputs, **settings):
-    """``composer.plan``, and what the program it lowered to stand-ins computes.
+def planned(model, stack, inputs, **settings):
+    """``composer.plan``, and what the program it lowers to stand-ins computes.
 
     Each stand-in delegate runs the subgraph it was made from, so this checks the wiring of
     the partitions consolidation moved, on any machine (the cuda stacks cannot lower here).
     """
-    compose_module = importlib.import_module("composer.compose")
-    lowered = []
-    lower_stack = compose_module.lower_stack
-
-    def keep_program(*args, **kwargs):
-        edge, plan = lower_stack(*args, **kwargs)
-        lowered.append(edge)
-        return edge, plan
-
-    monkeypatch.setattr(compose_module, "lower_stack", keep_program)
     plan = composer.plan(model, stack, inputs, **settings)
+    lowered = _lowered_with_stand_ins(model, stack, inputs, settings)
     with torch.no_grad():
-        return plan, lowered[-1].exported_program().module()(*inputs)
+        return plan, lowered.exported_program().module()(*inputs)
 
 
 @pytest.mark.parametrize(
@@ -100,12 +91,12 @@ def planned(monkeypatch, model, stack, inputs, **settings):
         ("llama_decoder", ["xnnpack", "cuda"]),
     ],
 )
-def test_zoo_models_get_fewer_calls_and_crossings_with_the_same_outputs(monkeypatch, name, stack):
+def test_zoo_models_get_fewer_calls_and_crossings_with_the_same_outputs(name, stack):
     model, inputs = zoo.load(name)
     with torch.no_grad():
         expected = model(*inputs)
-    plain, plain_outputs = planned(monkeypatch, model, stack, inputs, consolidate=False)
-    consolidated, outputs = planned(monkeypatch, model, stack, inputs)
+    plain, plain_outputs = planned(model, stack, inputs, consolidate=False)
+    consolidated, outputs = planned(model, stack, inputs)
     assert consolidated.delegate_calls < plain.delegate_calls
     assert consolidated.crossings <= plain.crossings
     moved = [

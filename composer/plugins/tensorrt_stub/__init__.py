@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from composer.backend_spec import BackendSpec
 from composer.hookspecs import hookimpl
-from composer.plugins.tensorrt_stub.backend import TensorRTStubBackend
-from composer.plugins.tensorrt_stub.support import TensorRTOperatorSupport
 
 TENSORRT_STUB = BackendSpec(
     name="tensorrt_stub",
-    backend_id=TensorRTStubBackend.__name__,
+    # By name: importing the class imports ExecuTorch, which a cache hit does without.
+    backend_id="TensorRTStubBackend",
     device="cuda",
     min_partition_size=2,
     description="stand-in for a TensorRT delegate: conv, matmul, pooling, activations, norms",
@@ -28,4 +27,8 @@ def composer_backends():
 
 @hookimpl
 def composer_operator_support(backend, program):
+    # ExecuTorch finds the backend class by name when it lowers: it must be imported by then.
+    from composer.plugins.tensorrt_stub.backend import TensorRTStubBackend  # noqa: F401
+    from composer.plugins.tensorrt_stub.support import TensorRTOperatorSupport
+
     return TensorRTOperatorSupport()

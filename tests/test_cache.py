@@ -1,0 +1,285 @@
+"""composer's cache of composed programs, plans and lowered partitions (issue 15)."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import composer
+from composer import zoo
+from composer.cache import Store, evict, info
+from composer.cli import main
+from composer.errors import ComposerError, ComposerWarning
+from composer.runtime import LoadedProgram
+
+fingerprint = importlib.import_module("composer.fingerprint")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(folder))
+    return folder
+
+
+def _compose(model, inputs, backends=("xnnpack",), **kwargs):
+    lines: list[str] = []
+    composition = composer.compose(model, list(backends), inputs, progress=lines.append, **kwargs)
+    return composition, lines
+
+
+def _reused(lines: list[str]) -> bool:
+    return any(line.startswith("reused the composed program from the cache") for line in lines)
+
+
+def test_a_second_compose_is_answered_by_the_cache_with_the_same_bytes(cache):
+    model, inputs = zoo.load("mlp")
+    first, first_lines = _compose(model, inputs)
+    second, second_lines = _compose(model, inputs)
+    uncached, _ = _compose(model, inputs, cache=False)
+    assert not first.from_cache and not _reused(first_lines)
+    assert second.from_cache and _reused(second_lines)
+    assert second.buffer == first.buffer == uncached.buffer
+    assert second.plan == first.plan
+    # The cached program runs and computes what eager does.
+    got = LoadedProgram(second.buffer).run(inputs)[0]
+    torch.testing.assert_close(got, model(*inputs), atol=1e-4, rtol=1e-4)
+    assert second.verify().ok
+    # What only lowering makes is lowered again on demand, from cached partitions.
+    assert second.delegate_backend_ids() == {"XnnpackBackend"}
+    assert second.program.buffer == first.buffer
+    assert {"program", "module", "partition"} <= {
+        k for k, (n, _) in info(cache).entries.items() if n
+    }
+
+
+def test_cache_false_reads_and_writes_nothing(cache):
+    model, inputs = zoo.load("mlp")
+    composer.compose(model, ["xnnpack"], inputs, cache=False)
+    composer.plan(model, ["xnnpack"], inputs, cache=False)
+    assert not cache.exists()
+
+
+def test_plans_are_cached_too(cache):
+    model, inputs = zoo.load("cnn")
+    first = composer.plan(model, ["xnnpack"], inputs)
+    lines: list[str] = []
+    second = composer.plan(model, ["xnnpack"], inputs, progress=lines.append)
+    assert second == first
+    assert lines == [f"reused the plan from the cache ({cache})"]
+
+
+def _changed_weights():
+    model, inputs = zoo.load("mlp")
+    with torch.no_grad():
+        next(model.parameters())[0, 0] += 1.0
+    return model, inputs, {}
+
+
+def _changed_shape():
+    model, _ = zoo.load("mlp")
+    return model, (torch.randn(3, 16),), {}
+
+
+STALE = {
+    "weights": _changed_weights,
+    "input shape": _changed_shape,
+    "backend list": lambda: (*zoo.load("mlp"), {"backends": ("xnnpack", "tensorrt_stub")}),
+    "pin": lambda: (*zoo.load("mlp"), {"never": {"xnnpack": ["aten.relu.default"]}}),
+    "min size": lambda: (*zoo.load("mlp"), {"min_partition_size": {"xnnpack": 3}}),
+    "placement": lambda: (*zoo.load("mlp"), {"placement": "strict"}),
+}
+
+
+@pytest.mark.parametrize("component", sorted(STALE))
+def test_changing_any_part_of_the_key_misses(cache, component):
+    model, inputs = zoo.load("mlp")
+    _compose(model, inputs)
+    assert _reused(_compose(model, inputs)[1])
+    changed, changed_inputs, kwargs = STALE[component]()
+    composition, lines = _compose(changed, changed_inputs, **kwargs)
+    assert not _reused(lines) and not composition.from_cache
+    got = LoadedProgram(composition.buffer).run(changed_inputs)[0]
+    torch.testing.assert_close(got, changed(*changed_inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_changing_an_option_misses(cache):
+    # Plans are keyed as programs are; cuda plans on any machine, and has options.
+    model, inputs = zoo.load("mlp")
+    lines: list[str] = []
+    for autotune in ("OFF", "OFF", "ON"):
+        options = {"cuda": {"max_autotune": autotune}}
+        composer.plan(model, ["cuda"], inputs, options=options, progress=lines.append)
+    assert [line for line in lines if "cache" in line] == [
+        f"reused the plan from the cache ({cache})"
+    ]
+
+
+def test_a_new_library_version_misses(cache, monkeypatch):
+    model, inputs = zoo.load("mlp")
+    _compose(model, inputs)
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda d: "99.0" if d == "executorch" else real(d)
+    )
+    fingerprint.versions.cache_clear()
+    try:
+        composition, lines = _compose(model, inputs)
+    finally:
+        fingerprint.versions.cache_clear()
+    assert not _reused(lines) and not composition.from_cache
+
+
+MODEL_SOURCE = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return {body}
+"""
+
+
+def test_editing_the_model_code_misses(cache, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = tmp_path / "edited_model.py"
+    inputs = (torch.randn(2, 8),)
+
+    def load(body):
+        source.write_text(textwrap.dedent(MODEL_SOURCE.format(body=body)))
+        sys.modules.pop("edited_model", None)
+        torch.manual_seed(0)
+        return importlib.import_module("edited_model").Model().eval()
+
+    _compose(load("torch.relu(self.linear(x))"), inputs)
+    assert _reused(_compose(load("torch.relu(self.linear(x))"), inputs)[1])
+    model = load("torch.sigmoid(self.linear(x))")
+    composition, lines = _compose(model, inputs)
+    assert not _reused(lines)
+    got = LoadedProgram(composition.buffer).run(inputs)[0]
+    torch.testing.assert_close(got, model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_a_model_with_a_hook_is_still_cached_by_its_exported_program(cache):
+    model, inputs = zoo.load("mlp")
+    model.register_forward_hook(lambda module, args, output: output * 2)
+    assert fingerprint.module_digest(model, inputs) is None
+    _compose(model, inputs)
+    composition, lines = _compose(model, inputs)
+    assert _reused(lines)
+    got = LoadedProgram(composition.buffer).run(inputs)[0]
+    torch.testing.assert_close(got, model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_changing_one_layer_relowers_only_its_partitions(cache):
+    model, inputs = zoo.load("llama_decoder")
+    _compose(model, inputs)
+    with torch.no_grad():
+        model.layers[1].w2.weight.mul_(1.5)
+    composition, lines = _compose(model, inputs)
+    reused = [line for line in lines if "lowered partition(s) reused" in line]
+    assert len(reused) == 1, lines
+    count, total = (int(word) for word in reused[0].split(":")[1].split()[:3:2])
+    # Layer 1's MLP (w1, w3, silu, w2 and the residual) is one partition; the rest is reused.
+    assert 0 < count < total and total - count == 1, reused
+    got = LoadedProgram(composition.buffer).run(inputs)[0]
+    torch.testing.assert_close(got, model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_a_damaged_entry_is_dropped_with_a_warning_and_lowered_again(cache):
+    model, inputs = zoo.load("mlp")
+    first, _ = _compose(model, inputs)
+    for entry in cache.glob("*/*.entry"):
+        data = bytearray(entry.read_bytes())
+        data[-1] ^= 0xFF
+        entry.write_bytes(bytes(data))
+    with pytest.warns(ComposerWarning, match="dropped a damaged (module|program) cache entry"):
+        second, lines = _compose(model, inputs)
+    assert not _reused(lines)
+    assert second.buffer == first.buffer
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ComposerWarning)
+        assert _compose(model, inputs)[0].from_cache  # written again, whole
+
+
+def test_least_recently_used_entries_go_first(tmp_path):
+    store = Store(tmp_path, "program", max_bytes=10_000)
+    for index in range(5):
+        store.put(f"k{index}", bytes(3000))
+    # A read counts as a use: k0 is now the most recent.
+    assert store.get("k0") is not None
+    import os
+    import time
+
+    for offset, key in enumerate(["k1", "k2", "k3", "k4", "k0"]):
+        path = tmp_path / "program" / f"{key}.entry"
+        os.utime(path, (time.time() - 100 + offset, time.time() - 100 + offset))
+    assert store.evict() == 2
+    assert [k for k in ("k0", "k1", "k2", "k3", "k4") if store.get(k) is not None] == [
+        "k0",
+        "k3",
+        "k4",
+    ]
+    assert evict(tmp_path, 0) == 3
+
+
+def test_the_size_bound_is_read_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("COMPOSER_CACHE_SIZE", "1K")
+    assert Store(tmp_path, "program").max_bytes == 1024
+    monkeypatch.setenv("COMPOSER_CACHE_SIZE", "lots")
+    with pytest.raises(ComposerError, match=r"COMPOSER_CACHE_SIZE='lots' is not a size.*2G"):
+        Store(tmp_path, "program")
+
+
+WRITER = """
+import sys, composer
+from composer import zoo
+model, inputs = zoo.load("mlp")
+composition = composer.compose(model, ["xnnpack"], inputs)
+sys.stdout.write(composition.buffer.hex()[:64])
+"""
+
+
+def test_concurrent_writers_leave_whole_entries(cache):
+    env = {**__import__("os").environ, "COMPOSER_CACHE_DIR": str(cache)}
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER], env=env, stdout=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    outputs = [writer.communicate(timeout=600)[0] for writer in writers]
+    assert all(writer.returncode == 0 for writer in writers)
+    assert len(set(outputs)) == 1
+    entries = list(cache.glob("*/*.entry"))
+    assert entries and not list(cache.glob("*/.tmp-*"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ComposerWarning)
+        for entry in entries:
+            assert Store(cache, entry.parent.name).get(entry.stem) is not None
+
+
+def test_cli_no_cache_and_cache_info(cache, tmp_path, capsys):
+    target = tmp_path / "mlp.pte"
+    args = ["lower", "zoo:mlp", "--backends", "xnnpack", "-o", str(target)]
+    assert main([*args, "--no-cache"]) == 0
+    assert not cache.exists()
+    assert main(args) == 0
+    first = target.read_bytes()
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "reused the composed program from the cache" in capsys.readouterr().err
+    assert target.read_bytes() == first
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "program: 1 entry" in out and "module: 1 entry" in out and "partition: 1 entry" in out
+    assert main(["cache", "clear"]) == 0
+    assert main(["cache", "info"]) == 0
+    assert "program: 0 entries" in capsys.readouterr().out
