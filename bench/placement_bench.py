@@ -15,6 +15,7 @@ import argparse
 import copy
 import hashlib
 import json
+import os
 import sys
 import warnings
 
@@ -99,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     stacks = [stack.split(",") for stack in args.stacks.split(";")]
+    # Other work on the machine moves absolute times a lot; the load says how much to trust them.
+    print("load average (1, 5, 15 min) at start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(HEADER)
     print("|---" * HEADER.count(" | ") + "|---|")
     rows = []
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {row['measured_max_abs_error']:.2g} |",
                 flush=True,
             )
+    print("load average (1, 5, 15 min) at end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)
