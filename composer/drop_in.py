@@ -3,9 +3,16 @@
 to_edge_transform_and_lower(ep, partitioner=[
     composer.partitioner("tensorrt_stub"), composer.guard(XnnpackPartitioner()),
 ])
+
+A composer partitioner keeps whole every op another partitioner of its list keeps whole
+(``ComposerPartitioner.ops_to_not_decompose``), so it needs to know that list; a drop-in
+reads it off ExecuTorch's call stack.
 """
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
 
 from executorch.exir.backend.partitioner import Partitioner
 
@@ -24,7 +31,31 @@ def partitioner(name: str, *, registry: Registry | None = None, **options: str) 
     registry = registry or default_registry()
     (backend,) = registry.resolve([name])
     checked = check_options(backend.name, declared_options(backend), options)
-    return ComposerPartitioner(backend, registry, options=checked)
+    return DropInPartitioner(backend, registry, options=checked)
+
+
+class DropInPartitioner(ComposerPartitioner):
+    """``composer.partitioner(name)``: in a list that composer may not have been told about."""
+
+    def listed_with(self) -> Sequence[Partitioner]:
+        return self.stack or _partitioners_listed_with(self)
+
+
+def _partitioners_listed_with(partitioner: Partitioner) -> list[Partitioner]:
+    """The partitioners of the running ``to_edge_transform_and_lower``, in list order.
+
+    ExecuTorch 1.5.1 gives a partitioner no way to learn the rest of its list: the list is a
+    local of the function that asks it (``_gen_edge_manager_for_partitioners``). XNNPACK's
+    partitioner inspects the call stack too, to learn which API called it. Not found, or not
+    in that list: nothing else is listed.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_gen_edge_manager_for_partitioners":
+            listed = frame.f_locals.get("partitioners_for_program") or []
+            return listed if any(other is partitioner for other in listed) else []
+        frame = frame.f_back
+    return []
 
 
 def guard(inner: Partitioner) -> Partitioner:

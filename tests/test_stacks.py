@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 import composer
 from composer import zoo
+from composer.registry import default_registry
+from composer.scheduler.stack import StackSettings, lower_stack
 
 STACKS = [
     ["tensorrt_stub", "xnnpack"],
@@ -128,3 +131,48 @@ def test_plan_says_where_each_node_runs_and_which_edges_cross_devices():
     assert set(crossing) < set(plan.edges)
     cpu_only = composer.plan(model, ["xnnpack"], inputs)
     assert cpu_only.crossing_edges() == []
+
+
+@pytest.mark.parametrize(
+    ("stack", "consolidate", "runs"),
+    [
+        (["xnnpack"], True, 1),
+        (["xnnpack", "tensorrt_stub"], True, 1),
+        # Listed second, XNNPACK is asked once for the assignment, on the program before any
+        # lowering, and once on the program it lowers, which holds the earlier delegates.
+        (["tensorrt_stub", "xnnpack"], True, 2),
+        (["tensorrt_stub", "xnnpack"], False, 1),
+    ],
+    ids=["alone", "first", "second", "second-no-consolidation"],
+)
+def test_a_native_partitioner_runs_once_per_program_it_is_asked_about(
+    monkeypatch, stack, consolidate, runs
+):
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    calls = []
+    partition = XnnpackPartitioner.partition
+
+    def counted(self, exported_program):
+        calls.append(exported_program)
+        return partition(self, exported_program)
+
+    monkeypatch.setattr(XnnpackPartitioner, "partition", counted)
+    plan = lowered_plan("llama_block", stack, StackSettings(consolidate=consolidate))
+    assert plan.partitions_of("xnnpack")
+    assert len(calls) == runs
+
+
+def lowered_plan(model_name, stack, settings):
+    """The plan of ``lower_stack`` itself, every backend a stand-in: no cache, no placement."""
+    registry = default_registry()
+    model, inputs = zoo.load(model_name)
+    program = torch.export.export(model, inputs, strict=False)
+    backends = registry.resolve(stack)
+    return lower_stack(program, backends, registry, set(stack), settings)[1]
+
+
+def test_plan_edges_include_those_inside_a_delegate():
+    plan = lowered_plan("mlp", ["xnnpack"], StackSettings())
+    assert plan.delegate_calls == 1
+    assert ("aten_linear_default", "aten_relu_default") in plan.edges

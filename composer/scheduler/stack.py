@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 import torch
@@ -13,13 +14,15 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_trans
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
-from composer.errors import ComposerError, PluginError
+from composer.errors import ComposerError, ComposerWarning, PartitionError, PluginError
 from composer.op_names import op_name
 from composer.plan import PORTABLE, Fallback, Partition, Plan
 from composer.registry import Backend, Registry
+from composer.scheduler.assign import Assignment, assign, warn_about_pins_naming_no_op
 from composer.scheduler.guards import foreign_delegate_nodes
-from composer.scheduler.partitioner import ComposerPartitioner, Consolidation, PartitionRecord
+from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_backend_name
+from composer.scheduler.support import Support
 
 HOST = "cpu"
 
@@ -35,24 +38,22 @@ def lower_stack(
     settings = settings or StackSettings()
     progress = settings.progress
     records: list[PartitionRecord] = []
-    partitioners: list[ComposerPartitioner] = []
-    consolidation = Consolidation(partitioners) if settings.consolidate else None
-    for backend in backends:
-        partitioners.append(
-            ComposerPartitioner(
-                backend,
-                registry,
-                stand_in=backend.name in stand_ins,
-                on_partition=records.append,
-                options=settings.options.get(backend.name),
-                never=settings.never.get(backend.name, ()),
-                min_partition_size=settings.min_partition_size.get(backend.name),
-                progress=progress,
-                consolidation=consolidation,
-            )
+    partitioners = [
+        ComposerPartitioner(
+            backend,
+            registry,
+            stand_in=backend.name in stand_ins,
+            on_partition=records.append,
+            options=settings.options.get(backend.name),
+            min_partition_size=settings.min_partition_size.get(backend.name),
+            progress=progress,
         )
+        for backend in backends
+    ]
+    schedule = StackSchedule(partitioners, settings.never, settings.consolidate)
     for partitioner in partitioners:
         partitioner.stack = tuple(partitioners)
+        partitioner.schedule = schedule
         if partitioner.stand_in:
             partitioner.check_backend_class = (
                 registry.unavailable_reason(partitioner.backend) is None
@@ -65,7 +66,9 @@ def lower_stack(
     if progress is not None:
         progress(f"lowered with {', '.join(b.name for b in backends)} in "
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip
-    plan = build_plan(edge.exported_program().graph_module, backends, records, stand_ins)
+    plan = build_plan(
+        edge.exported_program().graph_module, backends, records, stand_ins, schedule.edges
+    )
     return edge, plan
 
 
@@ -78,6 +81,92 @@ class StackSettings:
     min_partition_size: Mapping[str, int] = attrs.field(factory=dict)
     progress: Callable[[str], None] | None = None
     consolidate: bool = True  # give small islands to the backend around them
+
+
+class StackSchedule:
+    """The stack's assignment, decided once for every backend before any of them tags a node.
+
+    ExecuTorch builds the edge program inside ``to_edge_transform_and_lower`` and shows it to
+    the partitioners only, one after another: the first backend's ``partition()`` is the first
+    moment its nodes exist, and it comes before anything is tagged, so the assignment is made
+    there. Each later backend is shown the program with the earlier delegates in it; node
+    names survive lowering, so an assignment by name holds for it too.
+    """
+
+    def __init__(
+        self,
+        partitioners: Sequence[ComposerPartitioner],
+        never: Mapping[str, frozenset[str]],
+        consolidate: bool,
+    ) -> None:
+        self.partitioners = tuple(partitioners)
+        self.never = never
+        self.consolidate = consolidate
+        self.assignment: Assignment | None = None
+        # Data edges between the ops, for the plan: the lowered program no longer has the
+        # edges inside its delegates, so they are read off the program before lowering.
+        self.edges: tuple[tuple[str, str], ...] = ()
+
+    def withheld_from(
+        self,
+        partitioner: ComposerPartitioner,
+        program: ExportedProgram,
+        guarded: set[torch.fx.Node],
+        support: Support,
+    ) -> Mapping[str, str]:
+        """Node names ``partitioner`` must not take in ``program``, each with the reason."""
+        if self.assignment is None:
+            if partitioner is not self.partitioners[0] or guarded:
+                raise PartitionError(
+                    f"backend {partitioner.backend.name!r} partitioned before the first backend "
+                    "of the stack, or on a program with delegates in it: ExecuTorch no longer "
+                    "lowers in list order. This is a bug in composer; please report it."
+                )
+            self.assignment = self._decide(program, support)
+        return self.assignment.withheld_from(partitioner.backend.name)
+
+    def _decide(self, program: ExportedProgram, first: Support) -> Assignment:
+        graph = program.graph_module.graph
+        ops = {
+            node.name: op_name(node)
+            for node in graph.nodes
+            if node.op == "call_function" and op_name(node) != "getitem"
+        }
+        self.edges = tuple(data_edges(graph))
+        order = [p.backend.name for p in self.partitioners]
+        never = {name: self.never[name] for name in order if name in self.never}
+        warn_about_pins_naming_no_op(
+            never, (op_name(n) for n in graph.nodes if n.op == "call_function")
+        )
+        devices = {p.backend.name: p.backend.spec.device for p in self.partitioners}
+        if not self.consolidate:
+            return assign(ops, order, never)
+        supported = {order[0]: first.names(graph, set())}
+        # Each backend is asked again on the program it lowers, so what it would say about
+        # this one only feeds the assignment; its warnings come once, from that second ask.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ComposerWarning)
+            for partitioner in self.partitioners[1:]:
+                answer = partitioner.support(program, set())
+                supported[partitioner.backend.name] = answer.names(graph, set())
+        return assign(ops, order, never, supported, self.edges, devices)
+
+
+def data_edges(graph: torch.fx.Graph) -> list[tuple[str, str]]:
+    """Data edges between ops, a ``getitem`` folded into the op it reads."""
+
+    def source(node: torch.fx.Node) -> torch.fx.Node:
+        return node.args[0] if op_name(node) == "getitem" else node
+
+    edges = []
+    for node in graph.nodes:
+        if node.op != "call_function" or op_name(node) == "getitem":
+            continue
+        for producer in node.all_input_nodes:
+            producer = source(producer) if producer.op == "call_function" else producer
+            if producer.op == "call_function":
+                edges.append((producer.name, node.name))
+    return list(dict.fromkeys(edges))
 
 
 def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) -> EdgeProgramManager:
@@ -183,6 +272,7 @@ def build_plan(
     backends: list[Backend],
     records: list[PartitionRecord],
     stand_ins: set[str],
+    edges: Sequence[tuple[str, str]] = (),
 ) -> Plan:
     """Assemble the plan from what each backend took and the final lowered graph."""
     node_backends: dict[str, str] = {}
@@ -232,11 +322,7 @@ def build_plan(
         duplicated_constant_bytes=sum(r.duplicated_constant_bytes for r in records),
         stand_ins=tuple(b.name for b in backends if b.name in stand_ins),
         decisions=decisions,
-        edges=tuple(
-            (a, b)
-            for a, b in (records[0].edges if records else [])
-            if a in node_backends and b in node_backends
-        ),
+        edges=tuple((a, b) for a, b in edges if a in node_backends and b in node_backends),
     )
 
 
