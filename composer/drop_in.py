@@ -5,8 +5,8 @@ to_edge_transform_and_lower(ep, partitioner=[
 ])
 
 A composer partitioner keeps whole every op another partitioner of its list keeps whole
-(``ComposerPartitioner.ops_to_not_decompose``), so it needs to know that list; a drop-in
-reads it off ExecuTorch's call stack.
+(``ComposerPartitioner.ops_to_not_decompose``), so it needs to know that list.
+``listed(...)`` tells it; a plain list makes it read the list off ExecuTorch's call stack.
 """
 
 from __future__ import annotations
@@ -34,6 +34,14 @@ def partitioner(name: str, *, registry: Registry | None = None, **options: str) 
     return DropInPartitioner(backend, registry, options=checked)
 
 
+def listed(*partitioners: Partitioner) -> list[Partitioner]:
+    """The list for ``to_edge_transform_and_lower``, each composer partitioner told the others."""
+    for each in partitioners:
+        if isinstance(each, ComposerPartitioner):
+            each.stack = partitioners
+    return list(partitioners)
+
+
 class DropInPartitioner(ComposerPartitioner):
     """``composer.partitioner(name)``: in a list that composer may not have been told about."""
 
@@ -46,8 +54,8 @@ def _partitioners_listed_with(partitioner: Partitioner) -> list[Partitioner]:
 
     ExecuTorch 1.5.1 gives a partitioner no way to learn the rest of its list: the list is a
     local of the function that asks it (``_gen_edge_manager_for_partitioners``). XNNPACK's
-    partitioner inspects the call stack too, to learn which API called it. Not found, or not
-    in that list: nothing else is listed.
+    partitioner inspects the call stack too, to learn which API called it. Only drop-ins not
+    passed through ``listed`` come here; not found, or not in that list: nothing else is listed.
     """
     frame = sys._getframe(1)
     while frame is not None:

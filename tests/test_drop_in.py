@@ -59,6 +59,27 @@ def test_stub_then_xnnpack_native_then_guarded():
     assert backends == ["TensorRTStubBackend"]
 
 
+def test_listed_tells_each_composer_partitioner_the_others_without_reading_frames(
+    monkeypatch,
+):
+    from composer import drop_in
+
+    def no_frames(partitioner):
+        raise AssertionError("a listed partitioner read ExecuTorch's call stack")
+
+    program = torch.export.export(*zoo.load("llama_block"))
+    trt = composer.partitioner("tensorrt_stub")
+    alone, _ = trt.ops_to_not_decompose(program)
+    assert torch.ops.aten.linear.default not in alone
+    monkeypatch.setattr(drop_in, "_partitioners_listed_with", no_frames)
+    listed = drop_in.listed(trt, XnnpackPartitioner())
+    kept, keep_whole = trt.ops_to_not_decompose(program)
+    # XNNPACK keeps linear whole, under its own filter: the trt partitioner keeps it too.
+    assert torch.ops.aten.linear.default in kept and keep_whole is not None
+    backends = lower("llama_block", listed)
+    assert {"XnnpackBackend", "TensorRTStubBackend"} <= set(backends)
+
+
 def test_partitioner_options_reach_the_compile_specs():
     cuda = composer.partitioner("cuda", max_autotune="OFF")
     specs = {s.key: bytes(s.value).decode() for s in cuda._compile_specs([])}
