@@ -127,7 +127,7 @@ def _lower(args: argparse.Namespace) -> int:
             print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
     composition = composer.compose(model, list(stack.backends), inputs, progress=progress,
-                                   **_settings(stack, args))  # fmt: skip
+                                   jobs=args.jobs, **_settings(stack, args))  # fmt: skip
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
@@ -367,6 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
     lower.add_argument(
         "--bench", type=int, nargs="?", const=200, metavar="N",
         help="time the program against eager and each backend alone (N runs, default 200)",
+    )  # fmt: skip
+    lower.add_argument(
+        "--jobs", type=int, metavar="N",
+        help="lower partitions in N processes where the backend lowers each on its own "
+        "(default: one per core)",
     )  # fmt: skip
     lower.set_defaults(run=_lower)
 

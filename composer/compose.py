@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -249,6 +248,7 @@ def compose(
     placement: str = "priority",
     tune_budget: float | None = None,
     cache: bool = True,
+    jobs: int | None = None,
     registry: Registry | None = None,
 ) -> Composition:
     """Lower ``model`` with ``backends`` in priority order into one ExecuTorch program.
@@ -263,12 +263,18 @@ def compose(
     ``"measured"`` composes the declared order, the other orders and each backend alone, times
     them in the runtime here and keeps the fastest (see :mod:`composer.placement`; at most
     ``tune_budget`` seconds of composing, measurements cached unless ``cache=False``).
+
+    ``cache`` (default on) reuses what was composed before: the whole program when the model,
+    stack and versions are the same, else each lowered partition that is (see
+    :mod:`composer.cache`). ``jobs`` processes lower partitions in parallel where the backend
+    lowers each on its own (default: one per core).
     """
     if placement == "measured":
         return _measured(model, backends, example_inputs, options, never, min_partition_size,
                          progress, tune_budget, cache, registry)  # fmt: skip
     given_registry = registry is not None
     resolved, registry, stand_ins = _prepare(backends, registry, False)
+    workers = _jobs(jobs)
     consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
     folder = cache_dir() if cache else None
@@ -281,7 +287,7 @@ def compose(
         return exported[0]
 
     def lower() -> Lowered:
-        return _lower(program(), resolved, registry, stand_ins, settings, folder)
+        return _lower(program(), resolved, registry, stand_ins, settings, folder, workers)
 
     stored = cached.by_module(model, example_inputs) if cached else None
     if stored is None and cached:
@@ -302,6 +308,14 @@ def compose(
     return composition
 
 
+def _jobs(jobs: int | None) -> int:
+    if jobs is None:
+        return os.cpu_count() or 1
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ComposerError(f"jobs must be a whole number >= 1, not {jobs!r}.")
+    return jobs
+
+
 def _eager(model: Model, program: Callable[[], ExportedProgram]) -> torch.nn.Module:
     return model if isinstance(model, torch.nn.Module) else program().module()
 
@@ -318,14 +332,15 @@ class Lowered:
     reference: torch.nn.Module
 
 
-def _lower(program, resolved, registry, stand_ins, settings: dict, folder: Path | None) -> Lowered:
+def _lower(
+    program, resolved, registry, stand_ins, settings: dict, folder: Path | None, jobs: int
+) -> Lowered:
     from composer.partition_cache import reusing
     from composer.scheduler.stack import StackSettings, lower_stack
 
-    with contextlib.ExitStack() as stack:
-        if folder is not None:
-            lowering = {b.spec.backend_id: b.name for b in resolved if b.name not in stand_ins}
-            stack.enter_context(reusing(lowering, Store(folder, "partition"), settings["progress"]))
+    lowering = {b.spec.backend_id: b.name for b in resolved if b.name not in stand_ins}
+    store = None if folder is None else Store(folder, "partition")
+    with reusing(lowering, store, settings["progress"], jobs):
         edge, result = lower_stack(
             program, resolved, registry, stand_ins, StackSettings(**settings)
         )

@@ -18,7 +18,9 @@ backend overrides it: CudaBackend, for one, gathers every partition's weights in
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import multiprocessing
 import pickle
 from collections.abc import Callable, Iterator, Mapping
 
@@ -60,11 +62,13 @@ def per_partition(backend_class: type) -> bool:
 @contextlib.contextmanager
 def reusing(
     backends: Mapping[str, str],
-    store: Store,
+    store: Store | None,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> Iterator[Reuse]:
     """Answer the preprocessing of the backends ``{ExecuTorch backend id: composer name}``
-    from ``store`` while inside."""
+    from ``store`` (None: no cache) while inside; partitions still to lower go to ``jobs``
+    processes where the backend lowers each partition on its own."""
     reuse = Reuse()
     original = backend_api.lower_all_submodules_to_backend
 
@@ -75,7 +79,7 @@ def reusing(
         if backend_id not in backends or backend_class is None:
             return original(backend_id, *args, **kwargs)
         saved = backend_class.__dict__.get("preprocess_multimethod")
-        wrapper = _wrapper(backend_class, backends[backend_id], store, reuse)
+        wrapper = _wrapper(backend_class, backends[backend_id], store, reuse, jobs)
         backend_class.preprocess_multimethod = classmethod(wrapper)
         try:
             return original(backend_id, *args, **kwargs)
@@ -95,7 +99,7 @@ def reusing(
             progress(line)
 
 
-def _wrapper(cls: type, name: str, store: Store, reuse: Reuse):
+def _wrapper(cls: type, name: str, store: Store | None, reuse: Reuse, jobs: int):
     # The class's own lowering, as ExecuTorch would have called it.
     original = cls.preprocess_multimethod.__func__
     whole_call = not per_partition(cls)
@@ -105,7 +109,7 @@ def _wrapper(cls: type, name: str, store: Store, reuse: Reuse):
         code = None
 
     def preprocess_multimethod(klass, edge_programs, compile_specs):
-        if code is None:
+        if whole_call and (code is None or store is None):
             return original(klass, edge_programs, compile_specs)
         if whole_call:
             key = _key(code, cls, [p for m in edge_programs for p in edge_programs[m]],
@@ -118,25 +122,27 @@ def _wrapper(cls: type, name: str, store: Store, reuse: Reuse):
             reuse.count(name, 0, sum(map(len, edge_programs.values())))
             _save(store, key, results)
             return results
-        results = {}
+        results = {method: [None] * len(programs) for method, programs in edge_programs.items()}
+        pending = []  # (method, index, program, compile specs, key) of what must be lowered
         for method, programs in edge_programs.items():
-            results[method] = []
-            for program, specs in zip(programs, compile_specs[method], strict=True):
+            for index, (program, specs) in enumerate(zip(programs, compile_specs[method], strict=True)):  # fmt: skip
                 key = _key(code, cls, [program], [specs])
-                result = _load(store, key)
-                if result is None:
-                    result = klass.preprocess(program, specs)
-                    reuse.count(name, 0, 1)
-                    _save(store, key, result)
-                else:
-                    reuse.count(name, 1, 0)
-                results[method].append(result)
+                results[method][index] = _load(store, key)
+                if results[method][index] is None:
+                    pending.append((method, index, program, specs, key))
+        lowered = _preprocess_each(klass, [(p, s) for _, _, p, s, _ in pending], jobs)
+        for (method, index, _program, _specs, key), result in zip(pending, lowered, strict=True):
+            results[method][index] = result
+            _save(store, key, result)
+        reuse.count(name, sum(map(len, edge_programs.values())) - len(pending), len(pending))
         return results
 
     return preprocess_multimethod
 
 
-def _key(code: str, cls: type, programs: list, specs: list) -> str | None:
+def _key(code: str | None, cls: type, programs: list, specs: list) -> str | None:
+    if code is None:
+        return None
     try:
         programs_digests = [program_digest(program) for program in programs]
     except Unfingerprintable:
@@ -146,8 +152,8 @@ def _key(code: str, cls: type, programs: list, specs: list) -> str | None:
                   *programs_digests)  # fmt: skip
 
 
-def _load(store: Store, key: str | None):
-    if key is None:
+def _load(store: Store | None, key: str | None):
+    if store is None or key is None:
         return None
     payload = store.get(key)
     if payload is None:
@@ -158,7 +164,7 @@ def _load(store: Store, key: str | None):
         return None
 
 
-def _save(store: Store, key: str | None, results) -> None:
+def _save(store: Store | None, key: str | None, results) -> None:
     """Store what preprocessing returned, if it is whole: anything other than
     PreprocessResults is left for ExecuTorch to reject with its own error."""
     if isinstance(results, PreprocessResult):
@@ -167,7 +173,7 @@ def _save(store: Store, key: str | None, results) -> None:
         flat = [r for method in results.values() for r in method]
     else:
         return
-    if key is None or not all(_self_contained(r) for r in flat):
+    if store is None or key is None or not all(_self_contained(r) for r in flat):
         return
     try:
         payload = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
@@ -183,3 +189,43 @@ def _self_contained(result: PreprocessResult) -> bool:
         return False
     output = result.data_store_output
     return output is None or all(isinstance(b, bytes | bytearray) for b in output.buffers)
+
+
+# What the forked workers lower: set before the pool forks, read by index in the children.
+_WORK: tuple[type, list] | None = None
+
+
+def _preprocess_each(cls: type, work: list, jobs: int) -> list:
+    """``cls.preprocess`` of each ``(program, compile specs)``, in ``jobs`` forked processes
+    when there is more than one; the children inherit the programs, only results travel."""
+    if jobs <= 1 or len(work) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [cls.preprocess(program, specs) for program, specs in work]
+    global _WORK
+    _WORK = (cls, work)
+    try:
+        context = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(
+            min(jobs, len(work)), mp_context=context, initializer=_one_thread
+        ) as pool:
+            return list(pool.map(_preprocess_forked, range(len(work))))
+    except Exception:  # noqa: BLE001
+        # Lowered again here, where a backend's error carries its own traceback (composer
+        # names the plugin from it) and a result that could not travel needs not.
+        return [cls.preprocess(program, specs) for program, specs in work]
+    finally:
+        _WORK = None
+
+
+def _one_thread() -> None:
+    # The parent's intra-op thread pool does not survive fork; the workers are the
+    # parallelism.
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _preprocess_forked(index: int):
+    assert _WORK is not None
+    cls, work = _WORK
+    program, specs = work[index]
+    return cls.preprocess(program, specs)

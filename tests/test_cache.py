@@ -283,3 +283,13 @@ def test_cli_no_cache_and_cache_info(cache, tmp_path, capsys):
     assert main(["cache", "clear"]) == 0
     assert main(["cache", "info"]) == 0
     assert "program: 0 entries" in capsys.readouterr().out
+
+
+def test_partitions_lowered_in_parallel_are_the_same_bytes(cache):
+    model, inputs = zoo.load("transformer_block")
+    serial, _ = _compose(model, inputs, cache=False, jobs=1)
+    parallel, _ = _compose(model, inputs, cache=False, jobs=2)
+    assert len(serial.plan.partitions) > 1
+    assert parallel.buffer == serial.buffer
+    with pytest.raises(ComposerError, match="jobs must be a whole number >= 1, not 0"):
+        composer.compose(model, ["xnnpack"], inputs, jobs=0)

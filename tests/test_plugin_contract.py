@@ -12,9 +12,11 @@ from executorch.exir.backend.backend_details import BackendDetails
 from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer import BackendSpec
+import composer
+from composer import BackendSpec, zoo
 from composer import registry as registry_module
 from composer.cli import main
+from composer.errors import PluginError
 from composer.hookspecs import hookimpl
 from composer.op_names import op_name
 
@@ -157,3 +159,12 @@ def test_a_reason_that_is_not_a_string_is_a_plugin_error(capsys, broken_plugins)
         "plugin 'numeric' (composer-test-numeric): NumericReasons.reason_unsupported returned "
         "int for node aten_permute_copy_default; it must return a string or None."
     )
+
+
+def test_a_compiler_crashing_in_parallel_workers_is_named_as_when_serial(broken_plugins):
+    model, inputs = zoo.load("mlp")
+    split = {"cache": False}  # its two relus, apart
+    assert len(composer.plan(model, ["crashing"], inputs, **split).partitions) == 2
+    message = "CrashingCompilerBackend.preprocess raised RuntimeError: the compiler crashed"
+    with pytest.raises(PluginError, match=message):
+        composer.compose(model, ["crashing"], inputs, jobs=2, **split)
