@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     lower.add_argument(
         "--jobs", type=int, metavar="N",
         help="lower partitions in N processes where the backend lowers each on its own "
-        "(default: one per core)",
+        "(default 1)",
     )  # fmt: skip
     lower.set_defaults(run=_lower)
 

@@ -267,7 +267,7 @@ def compose(
     ``cache`` (default on) reuses what was composed before: the whole program when the model,
     stack and versions are the same, else each lowered partition that is (see
     :mod:`composer.cache`). ``jobs`` processes lower partitions in parallel where the backend
-    lowers each on its own (default: one per core).
+    lowers each on its own (default 1).
     """
     if placement == "measured":
         return _measured(model, backends, example_inputs, options, never, min_partition_size,
@@ -310,7 +310,9 @@ def compose(
 
 def _jobs(jobs: int | None) -> int:
     if jobs is None:
-        return os.cpu_count() or 1
+        # Forking a process that holds a lowered program costs more than a 2-core machine
+        # wins back (bench/RESULTS.md, "Composing again"): parallel is asked for.
+        return 1
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ComposerError(f"jobs must be a whole number >= 1, not {jobs!r}.")
     return jobs

@@ -62,3 +62,23 @@ def test_lower_verify_names_the_so_executor(capsys, tmp_path):
     assert code == 0, out
     assert "verify: OK" in out and "AOTInductor .so, libtorch host" in out
     assert (tmp_path / "aoti_cuda_blob.ptd").is_file()
+
+
+def test_a_cuda_composition_from_the_cache_is_the_same_and_runs(tmp_path, monkeypatch):
+    from composer import aoti_host
+
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
+    model, inputs = zoo.load("mlp")
+    first = composer.compose(model, ["cuda"], inputs)
+    lines: list[str] = []
+    second = composer.compose(model, ["cuda"], inputs, progress=lines.append)
+    assert second.from_cache and not first.from_cache
+    assert second.buffer == first.buffer and second.data_files == first.data_files
+    # Its reference is lowered again, CudaBackend's compile answered from the cache.
+    result = second.verify()
+    assert result.executor == aoti_host.EXECUTOR and result.ok, str(result)
+    edited, _ = zoo.load("mlp", seed=1)
+    lines.clear()
+    third = composer.compose(edited, ["cuda"], inputs, progress=lines.append)
+    assert not third.from_cache and third.data_files != first.data_files
+    assert third.verify().ok
