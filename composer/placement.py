@@ -61,6 +61,7 @@ class Measurement:
     delegate_calls: int | None = None
     latency: Latency | None = None
     note: str = ""
+    confirmed: Latency | None = None  # its time in the second round, if it was a finalist
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +72,9 @@ class Measurement:
             "median_us": None if self.latency is None else round(self.latency.median_us, 2),
             "p90_us": None if self.latency is None else round(self.latency.p90_us, 2),
             "note": self.note,
+            "confirmed_median_us": (
+                None if self.confirmed is None else round(self.confirmed.median_us, 2)
+            ),
         }
 
 
@@ -169,6 +173,11 @@ def choose(measurements: Sequence[Measurement]) -> Candidate:
     return fastest.candidate
 
 
+def choose_confirmed(measurements: Sequence[Measurement]) -> Candidate:
+    """The choice by the second round's times: only the finalists, the declared order first."""
+    return choose([attrs.evolve(m, latency=m.confirmed) for m in measurements])
+
+
 def measure(
     compose_candidate: Callable[[Candidate], Any],
     backends: Sequence[str],
@@ -244,6 +253,9 @@ def measure(
         for candidate in candidates(backends)
     )
     chosen = choose(measurements)
+    if chosen != measurements[0].candidate:
+        measurements = _confirm(measurements, chosen, same, loaded, inputs, runs, progress)
+        chosen = choose_confirmed(measurements)
     traces = {}
     for candidate in [chosen, *(c for c in composed if c != chosen)]:
         digest = same.get(candidate)
@@ -258,6 +270,25 @@ def measure(
     choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced)
     _write_cache(cache_dir, key, choice)
     return choice, composed
+
+
+def _confirm(measurements, chosen, same, loaded, inputs, runs, progress):
+    """The measurements with a second round for the finalists: the declared order, the winner
+    and each backend alone, timed together again. On a shared machine one round's winner by
+    a few percent is often the next round's loser; a switch away from the declared order must
+    win both rounds."""
+    singles = [m.candidate for m in measurements if len(m.candidate.backends) == 1]
+    finalists = [measurements[0].candidate, chosen, *singles]
+    digests = list(dict.fromkeys(same[c] for c in finalists if c in same))
+    if progress is not None:
+        progress(f"placement: confirming {chosen.label}, {len(digests)} program(s) again")
+    again = interleaved({d: loaded[d].timed_call(inputs) for d in digests}, runs)
+    return tuple(
+        attrs.evolve(m, confirmed=again[same[m.candidate]])
+        if m.candidate in finalists and m.candidate in same
+        else m
+        for m in measurements
+    )
 
 
 def _first_line(error: Exception) -> str:
@@ -436,9 +467,16 @@ def _read_cache(folder: Path | None, key: str) -> Choice | None:
                 if item["median_us"] is None
                 else Latency(item["median_us"], item["p90_us"], data["runs"]),
                 item["note"],
+                None
+                if item.get("confirmed_median_us") is None
+                else Latency(
+                    item["confirmed_median_us"], item["confirmed_median_us"], data["runs"]
+                ),
             )
             for item in data["candidates"]
         )
+        # The choice as made, which a second round may have changed: not recomputed.
+        chosen = next(m.candidate for m in measurements if m.candidate.label == data["chosen"])
         runs = data["traced"].get("runs", 0)  # no runs: the chosen program was not traced
         partitions = tuple(
             PartitionTime(
@@ -459,9 +497,9 @@ def _read_cache(folder: Path | None, key: str) -> Choice | None:
             for item in data["partitions"]
         )
         traced = dict(data["traced"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None  # no entry, or one this version cannot read: measure again
-    return Choice(choose(measurements), measurements, True, partitions, traced)
+    return Choice(chosen, measurements, True, partitions, traced)
 
 
 def _write_cache(folder: Path | None, key: str, choice: Choice) -> None:

@@ -127,9 +127,11 @@ class Plan:
             if item["median_us"] is None:
                 lines.append(f"  {item['candidate']}: {item['note']}")
             else:
+                again = item.get("confirmed_median_us")
                 lines.append(
                     f"  {item['candidate']}: {item['delegate_calls']} delegate call(s), median "
                     f"{item['median_us']:.1f} us, p90 {item['p90_us']:.1f} us"
+                    + ("" if again is None else f"; second round median {again:.1f} us")
                 )
         timed = self.placement.get("partitions", ())
         traced = self.placement.get("traced", {})
