@@ -10,7 +10,7 @@ portable kernels), and says why in the plan.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.fx
@@ -171,15 +171,18 @@ class AotiPlugin:
 
     # --- shared -----------------------------------------------------------------------
 
-    @functools.cached_property
-    def _shims(self) -> frozenset[str]:
-        try:
-            return frozenset(self.backend_class().get_supported_fallback_kernels())
-        except ImportError:  # the backend's module cannot import here; plan with no shims
-            return frozenset()
-
     def supported_fallback_kernels(self) -> frozenset[str]:
-        return self._shims
+        # Not a cached_property: pluggy reads every attribute of a plugin as it registers it,
+        # and this one imports ExecuTorch's backend, which a cache hit does without.
+        return _fallback_kernels(self.backend_class)
+
+
+@functools.cache
+def _fallback_kernels(backend_class: Callable[[], type]) -> frozenset[str]:
+    try:
+        return frozenset(backend_class().get_supported_fallback_kernels())
+    except ImportError:  # the backend's module cannot import here; plan with no shims
+        return frozenset()
 
     def checked_options(self, options: Mapping[str, str] | None) -> dict[str, str]:
         # composer has checked them already on its own path; composer.partitioner("cuda",
