@@ -176,14 +176,6 @@ class AotiPlugin:
         # and this one imports ExecuTorch's backend, which a cache hit does without.
         return _fallback_kernels(self.backend_class)
 
-
-@functools.cache
-def _fallback_kernels(backend_class: Callable[[], type]) -> frozenset[str]:
-    try:
-        return frozenset(backend_class().get_supported_fallback_kernels())
-    except ImportError:  # the backend's module cannot import here; plan with no shims
-        return frozenset()
-
     def checked_options(self, options: Mapping[str, str] | None) -> dict[str, str]:
         # composer has checked them already on its own path; composer.partitioner("cuda",
         # ...) and direct hook calls reach the hooks without that check, and checking twice
@@ -226,3 +218,11 @@ def _fallback_kernels(backend_class: Callable[[], type]) -> frozenset[str]:
         specs = self.base_compile_specs(method_name, checked)
         specs.extend(CompileSpec(name, value.encode()) for name, value in sorted(checked.items()))
         return specs
+
+
+@functools.cache
+def _fallback_kernels(backend_class: Callable[[], type]) -> frozenset[str]:
+    try:
+        return frozenset(backend_class().get_supported_fallback_kernels())
+    except ImportError:  # the backend's module cannot import here; plan with no shims
+        return frozenset()
