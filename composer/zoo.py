@@ -196,18 +196,20 @@ class UNet(nn.Module):
 
     Its last op is what segmentation models end with at inference, a softmax over the class
     channel (dim 1). XNNPACK takes softmax only over the last dim, so alone it leaves that op
-    to ExecuTorch's scalar portable kernel, which costs more than its whole conv trunk; the
-    backends complement each other on it (bench/RESULTS.md, measured placement).
+    to ExecuTorch's scalar portable kernel, which costs more than its whole conv trunk, while
+    OpenVINO runs it in one more call. ``upsample="bilinear"`` upsamples as FPN and DeepLab
+    decoders do, which OpenVINO alone cannot lower in ExecuTorch 1.5.1. What measured
+    placement makes of both: bench/RESULTS.md.
     """
 
-    def __init__(self, classes: int = 21, width: int = 8) -> None:
+    def __init__(self, classes: int = 21, width: int = 8, upsample: str = "transposed") -> None:
         super().__init__()
         self.down1 = conv_bn_relu(3, width)
         self.down2 = conv_bn_relu(width, 2 * width)
         self.bottom = conv_bn_relu(2 * width, 2 * width)
-        self.up2 = nn.ConvTranspose2d(2 * width, 2 * width, 2, stride=2)
+        self.up2 = _upsampler(upsample, 2 * width)
         self.join2 = conv_bn_relu(4 * width, width)
-        self.up1 = nn.ConvTranspose2d(width, width, 2, stride=2)
+        self.up1 = _upsampler(upsample, width)
         self.join1 = conv_bn_relu(2 * width, width)
         self.head = nn.Conv2d(width, classes, 1)
 
@@ -218,6 +220,12 @@ class UNet(nn.Module):
         y = self.join2(torch.cat((self.up2(y), second), dim=1))
         y = self.join1(torch.cat((self.up1(y), first), dim=1))
         return torch.softmax(self.head(y), dim=1)
+
+
+def _upsampler(kind: str, channels: int) -> nn.Module:
+    if kind == "bilinear":
+        return nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+    return nn.ConvTranspose2d(channels, channels, 2, stride=2)
 
 
 class CachedAttention(nn.Module):
@@ -350,7 +358,8 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     "gru": lambda: (GRUClassifier(), (torch.randn(1, 6, 8),)),
     "cond": lambda: (CondMLP(), (torch.randn(4, 16),)),
     "tied_lm": lambda: (TiedLM(), (torch.randint(0, 64, (1, 6)),)),
-    "unet": lambda: (UNet(), (torch.randn(1, 3, 96, 96),)),
+    "unet": lambda: (UNet(), (torch.randn(1, 3, 64, 64),)),
+    "unet_bilinear": lambda: (UNet(upsample="bilinear"), (torch.randn(1, 3, 64, 64),)),
 }
 
 
