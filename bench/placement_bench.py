@@ -28,7 +28,7 @@ from composer.runtime import LoadedProgram
 from composer.verification import compare
 
 MODELS = ("mlp", "cnn", "mobilenet", "transformer_block", "llama_block", "gru", "cumsum_mlp",
-          "unet")  # fmt: skip
+          "unet", "unet_bilinear")  # fmt: skip
 STACKS = ("openvino,xnnpack", "xnnpack,openvino")
 HEADER = (
     "| model | stack | eager us | xnnpack alone us | openvino alone us | priority us "
