@@ -23,6 +23,7 @@ import torch
 
 import composer
 from composer import zoo
+from composer.errors import ComposerError
 from composer.latency import interleaved
 from composer.runtime import LoadedProgram
 from composer.verification import compare
@@ -44,7 +45,12 @@ def bench_model(name: str, stacks: list[list[str]], runs: int) -> list[dict]:
     # Keyed by placement.Candidate labels: a measured choice that is the same configuration as
     # a program composed here is that program (an OpenVINO blob differs between two lowerings
     # of one model, so the bytes alone would not tell).
-    programs = {f"{b} alone": composer.compose(model, [b], inputs) for b in singles}
+    programs = {}
+    for backend in singles:
+        try:
+            programs[f"{backend} alone"] = composer.compose(model, [backend], inputs)
+        except ComposerError:
+            pass  # it cannot lower this model (the table says "does not lower")
     chosen = {}
     for stack in stacks:
         label = ",".join(stack)
@@ -71,14 +77,14 @@ def bench_model(name: str, stacks: list[list[str]], runs: int) -> list[dict]:
     rows = []
     for stack in stacks:
         label = ",".join(stack)
-        best = min(us[f"{b} alone"] for b in stack)
+        best = min(us[f"{b} alone"] for b in stack if f"{b} alone" in us)
         kept = chosen[label]["chosen"]
         measured = us[kept]
         rows.append({
             "model": name,
             "stack": label,
             "eager_us": timed["eager"].median_us,
-            **{f"{b}_alone_us": us[f"{b} alone"] for b in singles},
+            **{f"{b}_alone_us": us.get(f"{b} alone") for b in singles},
             "priority_us": us[f"{label} (priority)"],
             "measured_chose": kept,
             "measured_us": measured,
@@ -89,6 +95,10 @@ def bench_model(name: str, stacks: list[list[str]], runs: int) -> list[dict]:
             "placement": chosen[label],
         })  # fmt: skip
     return rows
+
+
+def _us(value: float | None) -> str:
+    return "does not lower" if value is None else f"{value:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(
                 f"| {name} | {row['stack']} | {row['eager_us']:.1f} "
-                f"| {row.get('xnnpack_alone_us', float('nan')):.1f} "
-                f"| {row.get('openvino_alone_us', float('nan')):.1f} "
+                f"| {_us(row.get('xnnpack_alone_us'))} | {_us(row.get('openvino_alone_us'))} "
                 f"| {row['priority_us']:.1f} | {row['measured_chose']} | {row['measured_us']:.1f} "
                 f"| {row['measured_vs_best_single']:.2f}x | {row['measured_vs_priority']:.2f}x "
                 f"| {row['measured_max_abs_error']:.2g} |",
