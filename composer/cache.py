@@ -5,7 +5,8 @@ composed programs and plans (``program/``, ``plan/``, and ``module/`` pointing a
 at them; see :mod:`composer.program_cache`), and lowered partitions (``partition/``, see
 :mod:`composer.partition_cache`). The folder is ``$COMPOSER_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/composer``, else ``~/.cache/composer``; ``$COMPOSER_CACHE_SIZE`` bounds it
-(``500M``, ``2G``; default 2G), the least recently used entries going first.
+(``500M``, ``2G``; default 2G), the least recently used entries going first;
+``$COMPOSER_NO_CACHE=1`` turns it off.
 
 An entry is written to a temporary file and renamed into place, so a reader sees a whole
 entry or none, whatever other processes (pytest-xdist workers, a second terminal) do at the
@@ -40,6 +41,12 @@ def cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "composer"
+
+
+def cache_enabled() -> bool:
+    """False when ``$COMPOSER_NO_CACHE`` is set (to anything but empty or 0): every compose
+    and plan then works as with ``cache=False``, e.g. to time a suite without it."""
+    return os.environ.get("COMPOSER_NO_CACHE", "") in ("", "0")
 
 
 def size_bound() -> int:

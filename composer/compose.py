@@ -12,7 +12,7 @@ import torch
 from torch.export import ExportedProgram
 
 from composer.atomic import write_all
-from composer.cache import Store, cache_dir
+from composer.cache import Store, cache_dir, cache_enabled
 from composer.errors import BackendListError, ComposerError, ModelError
 from composer.plan import Plan
 from composer.registry import Registry, default_registry
@@ -143,6 +143,7 @@ def plan(
     The keyword arguments are as for :func:`compose`; ``placement="measured"`` composes and
     times candidates for real, so it needs backends that run here.
     """
+    cache = cache and cache_enabled()
     if placement == "measured":
         return _measured(model, backends, example_inputs, options, never, min_partition_size,
                          progress, tune_budget, cache, registry).plan  # fmt: skip
@@ -150,11 +151,15 @@ def plan(
     resolved, registry, unavailable = _prepare(backends, registry, True)
     consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
-    cached = _program_cache("plan", cache and not given_registry, resolved, settings)
-    result = cached.by_module(model, example_inputs) if cached else None
+    wanted = cache and not given_registry
+    # A composed program's entry holds its plan too: planning after composing costs nothing.
+    caches = [c for c in (_program_cache(k, wanted, resolved, settings) for k in PLAN_SOURCES) if c]
+    result = next(filter(None, (c.by_module(model, example_inputs) for c in caches)), None)
     if result is None:
         program = export_model(model, example_inputs)
-        result = cached.by_program(program) if cached else None
+        result = next(filter(None, (c.by_program(program) for c in caches)), None)
+    if isinstance(result, dict):
+        result = result["plan"]
     if result is None:
         from composer.scheduler.stack import StackSettings, lower_stack
 
@@ -164,11 +169,14 @@ def plan(
             program, resolved, registry, all_stand_ins, StackSettings(**settings)
         )
         result = _with_backend_facts(result, resolved)
-        if cached:
-            cached.save(result)
+        if caches:
+            caches[0].save(result)
     elif progress is not None:
         progress(f"reused the plan from the cache ({cache_dir()})")
     return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
+
+
+PLAN_SOURCES = ("plan", "program")  # where a plan may be found, in order
 
 
 def _program_cache(kind: str, wanted: bool, resolved, settings: dict):
@@ -269,6 +277,7 @@ def compose(
     :mod:`composer.cache`). ``jobs`` processes lower partitions in parallel where the backend
     lowers each on its own (default 1).
     """
+    cache = cache and cache_enabled()
     if placement == "measured":
         return _measured(model, backends, example_inputs, options, never, min_partition_size,
                          progress, tune_budget, cache, registry)  # fmt: skip

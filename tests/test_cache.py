@@ -66,6 +66,23 @@ def test_cache_false_reads_and_writes_nothing(cache):
     assert not cache.exists()
 
 
+def test_composer_no_cache_turns_it_off(cache, monkeypatch):
+    monkeypatch.setenv("COMPOSER_NO_CACHE", "1")
+    model, inputs = zoo.load("mlp")
+    composer.compose(model, ["xnnpack"], inputs)
+    composer.plan(model, ["xnnpack"], inputs)
+    assert not cache.exists()
+
+
+def test_a_plan_after_a_compose_is_read_from_the_composed_program(cache):
+    model, inputs = zoo.load("transformer_block")
+    composition = composer.compose(model, ["xnnpack"], inputs)
+    lines: list[str] = []
+    planned = composer.plan(model, ["xnnpack"], inputs, progress=lines.append)
+    assert lines == [f"reused the plan from the cache ({cache})"]
+    assert planned == composition.plan == composer.plan(model, ["xnnpack"], inputs, cache=False)
+
+
 def test_plans_are_cached_too(cache):
     model, inputs = zoo.load("cnn")
     first = composer.plan(model, ["xnnpack"], inputs)
