@@ -4,7 +4,9 @@ The candidates are the stack in the declared order (priority, and strict), the o
 its backends, and each backend alone: every one is a real composition, run in the ExecuTorch
 runtime and timed together (``composer.latency.interleaved``), so the choice is never slower
 than the best single backend, within the noise of one run. The declared order wins unless
-another candidate is faster by more than ``MARGIN``. Measurements are cached by program,
+another candidate is faster by more than ``MARGIN``, in that round and again in a second one
+where the finalists (the declared order, the winner, each backend alone) are timed anew: on a
+shared machine a burst of load can reverse one round. Measurements are cached by program,
 stack, candidates, library versions and machine, so a second run times nothing. The choice
 is plain configuration (``backends`` and ``placement``), which reproduces it anywhere without
 measuring.
