@@ -105,10 +105,12 @@ class Store:
             pass
         return payload
 
-    def put(self, key: str, payload: bytes) -> None:
-        """Store ``payload`` under ``key`` (``evict`` keeps the cache within its bound).
-
-        A cache that cannot be written only costs the work again, so failures are silent."""
+    def put(self, key: str, payload: bytes) -> bool:
+        """Store ``payload`` under ``key`` (``evict`` keeps the cache within its bound);
+        whether it was stored. A cache that cannot be written only costs the work again, so
+        failures are not errors."""
+        if len(payload) > self.max_bytes:
+            return False
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +123,8 @@ class Store:
                 Path(temporary).unlink(missing_ok=True)
                 raise
         except OSError:
-            return
+            return False
+        return True
 
     def evict(self) -> int:
         """Keep the whole cache within ``max_bytes``: once per compose, not once per entry,

@@ -153,7 +153,11 @@ def plan(
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
     wanted = cache and not given_registry
     # A composed program's entry holds its plan too: planning after composing costs nothing.
-    caches = [c for c in (_program_cache(k, wanted, resolved, settings) for k in PLAN_SOURCES) if c]
+    caches = [
+        c
+        for c in (_program_cache(k, wanted, resolved, settings, registry) for k in PLAN_SOURCES)
+        if c
+    ]
     result = next(filter(None, (c.by_module(model, example_inputs) for c in caches)), None)
     if result is None:
         program = export_model(model, example_inputs)
@@ -179,7 +183,7 @@ def plan(
 PLAN_SOURCES = ("plan", "program")  # where a plan may be found, in order
 
 
-def _program_cache(kind: str, wanted: bool, resolved, settings: dict):
+def _program_cache(kind: str, wanted: bool, resolved, settings: dict, registry: Registry):
     """The cache of whole results for this stack, if caching is on and the stack digestible.
 
     Not with an explicit registry: it may hold plugin objects whose state no digest sees,
@@ -188,7 +192,7 @@ def _program_cache(kind: str, wanted: bool, resolved, settings: dict):
         return None
     from composer.program_cache import ProgramCache
 
-    return ProgramCache.open(cache_dir(), kind, resolved, settings)
+    return ProgramCache.open(cache_dir(), kind, resolved, settings, registry)
 
 
 def _measured(
@@ -287,7 +291,7 @@ def compose(
     consolidate = _consolidates(placement, consolidate)
     settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
     folder = cache_dir() if cache else None
-    cached = _program_cache("program", cache and not given_registry, resolved, settings)
+    cached = _program_cache("program", cache and not given_registry, resolved, settings, registry)
     exported: list[ExportedProgram] = []
 
     def program() -> ExportedProgram:
@@ -311,7 +315,9 @@ def compose(
     composition = Composition(lowered.buffer, lowered.data_files, lowered.plan,
                               _eager(model, program), _example_inputs(model, example_inputs),
                               lowered=lowered)  # fmt: skip
-    if cached:
+    # Only what can be lowered again to the same bytes: a composition from the cache lowers
+    # again for its edge program and reference, which must match its bytes.
+    if cached and lowered.repeatable:
         cached.save({"buffer": composition.buffer, "data_files": composition.data_files,
                      "plan": composition.plan})  # fmt: skip
     return composition
@@ -341,6 +347,9 @@ class Lowered:
     program: ExecutorchProgramManager
     edge: EdgeProgramManager
     reference: torch.nn.Module
+    # Every partition came from the cache or went into it: lowering again gives these bytes
+    # (AOTInductor's autotuning alone would not).
+    repeatable: bool = False
 
 
 def _lower(
@@ -351,7 +360,7 @@ def _lower(
 
     lowering = {b.spec.backend_id: b.name for b in resolved if b.name not in stand_ins}
     store = None if folder is None else Store(folder, "partition")
-    with reusing(lowering, store, settings["progress"], jobs):
+    with reusing(lowering, store, settings["progress"], jobs) as reuse:
         edge, result = lower_stack(
             program, resolved, registry, stand_ins, StackSettings(**settings)
         )
@@ -376,6 +385,7 @@ def _lower(
         program=executorch_program,
         edge=edge,
         reference=reference,
+        repeatable=store is not None and reuse.unstored == 0,
     )
 
 
@@ -399,7 +409,14 @@ class Composition:
     def _lowering(self) -> Lowered:
         if self._lowered is None:
             assert self._lower is not None, "a Composition needs its lowering or a way to redo it"
-            self._lowered = self._lower()
+            lowered = self._lower()
+            if (lowered.buffer, lowered.data_files) != (self.buffer, self.data_files):
+                raise ComposerError(
+                    "this program came from composer's cache, and lowering it again for its "
+                    "edge program made different bytes (its lowered partitions have left the "
+                    "cache). Compose again with cache=False (--no-cache)."
+                )
+            self._lowered = lowered
         return self._lowered
 
     @property

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import io
 import multiprocessing
 import pickle
 from collections.abc import Callable, Iterator, Mapping
 
 import attrs
+from executorch.exir._serialize._cord import FileBackedData
 from executorch.exir.backend import backend_api
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 
@@ -39,6 +41,7 @@ class Reuse:
 
     reused: dict[str, int] = attrs.field(factory=dict)
     lowered: dict[str, int] = attrs.field(factory=dict)
+    unstored: int = 0  # lowered but not stored: lowering again may not give the same bytes
 
     def count(self, backend: str, reused: int, lowered: int) -> None:
         self.reused[backend] = self.reused.get(backend, 0) + reused
@@ -120,7 +123,8 @@ def _wrapper(cls: type, name: str, store: Store | None, reuse: Reuse, jobs: int)
                 return cached
             results = original(klass, edge_programs, compile_specs)
             reuse.count(name, 0, sum(map(len, edge_programs.values())))
-            _save(store, key, results)
+            if not _save(store, key, results):
+                reuse.unstored += 1
             return results
         results = {method: [None] * len(programs) for method, programs in edge_programs.items()}
         pending = []  # (method, index, program, compile specs, key) of what must be lowered
@@ -133,7 +137,8 @@ def _wrapper(cls: type, name: str, store: Store | None, reuse: Reuse, jobs: int)
         lowered = _preprocess_each(klass, [(p, s) for _, _, p, s, _ in pending], jobs)
         for (method, index, _program, _specs, key), result in zip(pending, lowered, strict=True):
             results[method][index] = result
-            _save(store, key, result)
+            if not _save(store, key, result):
+                reuse.unstored += 1
         reuse.count(name, sum(map(len, edge_programs.values())) - len(pending), len(pending))
         return results
 
@@ -164,31 +169,33 @@ def _load(store: Store | None, key: str | None):
         return None
 
 
-def _save(store: Store | None, key: str | None, results) -> None:
-    """Store what preprocessing returned, if it is whole: anything other than
+def _save(store: Store | None, key: str | None, results) -> bool:
+    """Store what preprocessing returned; whether it was stored. Anything other than
     PreprocessResults is left for ExecuTorch to reject with its own error."""
-    if isinstance(results, PreprocessResult):
-        flat = [results]
-    elif isinstance(results, dict):
+    if store is None or key is None:
+        return False
+    if isinstance(results, dict):
         flat = [r for method in results.values() for r in method]
     else:
-        return
-    if store is None or key is None or not all(_self_contained(r) for r in flat):
-        return
-    try:
-        payload = pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - what cannot be stored is lowered again next time
-        return
-    store.put(key, payload)
-
-
-def _self_contained(result: PreprocessResult) -> bool:
-    """Whether the result holds its bytes itself: a file-backed buffer (CudaBackend's low
-    memory mode) points to a file that will be gone."""
-    if not isinstance(result, PreprocessResult):
+        flat = [results]
+    if not all(isinstance(r, PreprocessResult) for r in flat):
         return False
-    output = result.data_store_output
-    return output is None or all(isinstance(b, bytes | bytearray) for b in output.buffers)
+    payload = io.BytesIO()
+    try:
+        _SelfContained(payload, protocol=pickle.HIGHEST_PROTOCOL).dump(results)
+    except Exception:  # noqa: BLE001 - what cannot be stored is lowered again next time
+        return False
+    return store.put(key, payload.getvalue())
+
+
+class _SelfContained(pickle.Pickler):
+    """Pickles file-backed buffers (CudaBackend keeps weights in temporary files that are
+    gone after the program is written) as the bytes they hold."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, FileBackedData):
+            return bytes, (obj.to_bytes(),)
+        return NotImplemented
 
 
 # What the forked workers lower: set before the pool forks, read by index in the children.

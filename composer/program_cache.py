@@ -39,10 +39,18 @@ class ProgramCache:
     module_key: str | None = None
 
     @classmethod
-    def open(cls, folder: Path, kind: str, resolved, settings: dict) -> ProgramCache | None:
-        """None when something in the stack cannot be digested."""
+    def open(
+        cls, folder: Path, kind: str, resolved, settings: dict, registry
+    ) -> ProgramCache | None:
+        """None when something in the stack cannot be digested. Whether each backend can
+        lower here is part of the key: a plugin that refuses to plan without its library
+        must not be answered with a plan made while it had it."""
         try:
-            backends = [f"{b.spec!r} {b.origin!r} {code_digest([b.plugin])}" for b in resolved]
+            backends = [
+                f"{b.spec!r} {b.origin!r} {code_digest([b.plugin])} "
+                f"{registry.unavailable_reason(b)!r}"
+                for b in resolved
+            ]
         except Unfingerprintable:
             return None
         stack = digest(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,12 +12,17 @@ import warnings
 
 import pytest
 import torch
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from plugins_for_tests import registry_with
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import zoo
+from composer import BackendSpec, zoo
+from composer import registry as registry_module
 from composer.cache import Store, evict, info
 from composer.cli import main
 from composer.errors import ComposerError, ComposerWarning
+from composer.hookspecs import hookimpl
 from composer.runtime import LoadedProgram
 
 fingerprint = importlib.import_module("composer.fingerprint")
@@ -234,7 +241,6 @@ def test_least_recently_used_entries_go_first(tmp_path):
         store.put(f"k{index}", bytes(3000))
     # A read counts as a use: k0 is now the most recent.
     assert store.get("k0") is not None
-    import os
     import time
 
     for offset, key in enumerate(["k1", "k2", "k3", "k4", "k0"]):
@@ -267,7 +273,7 @@ sys.stdout.write(composition.buffer.hex()[:64])
 
 
 def test_concurrent_writers_leave_whole_entries(cache):
-    env = {**__import__("os").environ, "COMPOSER_CACHE_DIR": str(cache)}
+    env = {**os.environ, "COMPOSER_CACHE_DIR": str(cache)}
     writers = [
         subprocess.Popen([sys.executable, "-c", WRITER], env=env, stdout=subprocess.PIPE)
         for _ in range(3)
@@ -310,3 +316,60 @@ def test_partitions_lowered_in_parallel_are_the_same_bytes(cache):
     assert parallel.buffer == serial.buffer
     with pytest.raises(ComposerError, match="jobs must be a whole number >= 1, not 0"):
         composer.compose(model, ["xnnpack"], inputs, jobs=0)
+
+
+class UnrepeatableBackend(BackendDetails):
+    """Lowers to different bytes every time, as AOTInductor's autotuning can."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        return PreprocessResult(processed_bytes=os.urandom(16))
+
+
+class TakesRelu(OperatorSupportBase):
+    def is_node_supported(self, submodules, node):
+        return node.op == "call_function" and "relu" in str(node.target)
+
+
+class UnrepeatablePlugin:
+    spec = BackendSpec("unrepeatable", "UnrepeatableBackend")
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_operator_support(self, backend, program):
+        return TakesRelu()
+
+
+def test_a_cached_program_whose_partitions_left_the_cache_is_not_silently_swapped(
+    cache, monkeypatch
+):
+    monkeypatch.setattr(registry_module, "_default", registry_with(UnrepeatablePlugin()))
+    model, inputs = zoo.load("mlp")
+    first, _ = _compose(model, inputs, backends=["unrepeatable"])
+    second, _ = _compose(model, inputs, backends=["unrepeatable"])
+    assert second.from_cache and second.buffer == first.buffer
+    assert second.edge is not None  # its partitions are cached: lowered again, same bytes
+    shutil.rmtree(cache / "partition")
+    third, _ = _compose(model, inputs, backends=["unrepeatable"])
+    assert third.from_cache
+    with pytest.raises(ComposerError, match="lowering it again for its edge program made "
+                       "different bytes.*cache=False"):  # fmt: skip
+        third.edge  # noqa: B018
+
+
+def test_a_program_whose_partitions_could_not_be_stored_is_not_stored(cache, monkeypatch):
+    class Unpicklable:  # a local class: pickle cannot name it
+        pass
+
+    def preprocess(edge_program, compile_specs):
+        return PreprocessResult(os.urandom(16), _delegate_info_meta=Unpicklable())
+
+    monkeypatch.setattr(UnrepeatableBackend, "preprocess", staticmethod(preprocess))
+    monkeypatch.setattr(registry_module, "_default", registry_with(UnrepeatablePlugin()))
+    model, inputs = zoo.load("mlp")
+    _compose(model, inputs, backends=["unrepeatable"])
+    assert not list(cache.glob("partition/*.entry"))
+    assert not _compose(model, inputs, backends=["unrepeatable"])[0].from_cache
