@@ -185,7 +185,7 @@ def measure(
     backends: Sequence[str],
     inputs: Sequence[Any],
     *,
-    key: str,
+    key: str | None,
     runs: int = RUNS,
     budget_s: float | None = None,
     progress: Callable[[str], None] | None = None,
@@ -419,32 +419,34 @@ def _alternatives(unit: _Unit, others) -> tuple[Alternative, ...]:
     return tuple(best.values())
 
 
-def cache_key(program, backends: Sequence[str], settings: Mapping[str, Any], runs: int) -> str:
+def cache_key(
+    program, backends: Sequence[str], settings: Mapping[str, Any], runs: int
+) -> str | None:
     """What a measurement depends on: the program (graph and weights), the stack, the runs,
-    the versions of what compiles and runs it, and the machine."""
+    the versions of what compiles and runs it, and the machine. None: not to be cached."""
     import torch
 
-    digest = hashlib.sha256()
-    digest.update(str(program.graph_module.graph).encode())
-    for name, value in sorted(program.state_dict.items()):
-        digest.update(name.encode())
-        digest.update(value.detach().contiguous().cpu().numpy().tobytes())
-    versions = {}
+    from composer.fingerprint import Unfingerprintable, digest, program_digest, versions
+
+    try:
+        program_part = program_digest(program)
+    except Unfingerprintable:
+        return None
+    libraries = {}
     for distribution in VERSIONED:
         try:
-            versions[distribution] = importlib.metadata.version(distribution)
+            libraries[distribution] = importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
-            versions[distribution] = None
+            libraries[distribution] = None
     facts = {
         "backends": list(backends),
         "settings": {k: _plain(v) for k, v in sorted(settings.items())},
         "runs": runs,
-        "versions": versions,
+        "versions": libraries,
         "machine": [platform.machine(), platform.processor(), os.cpu_count()],
         "threads": torch.get_num_threads(),
     }
-    digest.update(json.dumps(facts, sort_keys=True).encode())
-    return digest.hexdigest()[:32]
+    return digest(versions(), program_part, json.dumps(facts, sort_keys=True))[:32]
 
 
 def _plain(value: Any) -> Any:
@@ -455,8 +457,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _read_cache(folder: Path | None, key: str) -> Choice | None:
-    if folder is None:
+def _read_cache(folder: Path | None, key: str | None) -> Choice | None:
+    if folder is None or key is None:
         return None
     path = folder / "placement" / f"{key}.json"
     try:
@@ -504,8 +506,8 @@ def _read_cache(folder: Path | None, key: str) -> Choice | None:
     return Choice(chosen, measurements, True, partitions, traced)
 
 
-def _write_cache(folder: Path | None, key: str, choice: Choice) -> None:
-    if folder is None:
+def _write_cache(folder: Path | None, key: str | None, choice: Choice) -> None:
+    if folder is None or key is None:
         return
     from composer.atomic import write_all
 
