@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import shutil
 import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -104,6 +106,17 @@ class Store:
         except OSError:
             pass
         return payload
+
+    def load(self, key: str) -> Any | None:
+        """The object pickled under ``key``, or None (also for an entry this version of
+        composer or its libraries cannot read: the work is done again)."""
+        payload = self.get(key)
+        if payload is None:
+            return None
+        try:
+            return pickle.loads(payload)
+        except Exception:  # noqa: BLE001
+            return None
 
     def put(self, key: str, payload: bytes) -> bool:
         """Store ``payload`` under ``key`` (``evict`` keeps the cache within its bound);

@@ -158,15 +158,7 @@ def _key(code: str | None, cls: type, programs: list, specs: list) -> str | None
 
 
 def _load(store: Store | None, key: str | None):
-    if store is None or key is None:
-        return None
-    payload = store.get(key)
-    if payload is None:
-        return None
-    try:
-        return pickle.loads(payload)
-    except Exception:  # noqa: BLE001 - an entry this version cannot read: lower again
-        return None
+    return None if store is None or key is None else store.load(key)
 
 
 def _save(store: Store | None, key: str | None, results) -> bool:

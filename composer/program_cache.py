@@ -76,7 +76,7 @@ class ProgramCache:
         if pointer is None:
             return None
         self.program_key = pointer.decode()
-        return self._load(self.program_key)
+        return self.store.load(self.program_key)
 
     def by_program(self, program: torch.export.ExportedProgram) -> Any | None:
         """The stored result for ``program``; an entry for the module is added on a hit."""
@@ -85,7 +85,7 @@ class ProgramCache:
         except Unfingerprintable:
             self.program_key = None
             return None
-        value = self._load(self.program_key)
+        value = self.store.load(self.program_key)
         if value is not None:
             self._point_module()
         return value
@@ -100,12 +100,3 @@ class ProgramCache:
     def _point_module(self) -> None:
         if self.module_key is not None and self.program_key is not None:
             self.modules.put(self.module_key, self.program_key.encode())
-
-    def _load(self, key: str) -> Any | None:
-        payload = self.store.get(key)
-        if payload is None:
-            return None
-        try:
-            return pickle.loads(payload)
-        except Exception:  # noqa: BLE001 - an entry this version cannot read: compose again
-            return None
