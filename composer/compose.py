@@ -358,7 +358,7 @@ def _lower(
     from composer.partition_cache import reusing
     from composer.scheduler.stack import StackSettings, lower_stack
 
-    lowering = {b.spec.backend_id: b.name for b in resolved if b.name not in stand_ins}
+    lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
     store = None if folder is None else Store(folder, "partition")
     with reusing(lowering, store, settings["progress"], jobs) as reuse:
         edge, result = lower_stack(

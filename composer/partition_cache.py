@@ -32,6 +32,7 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 
 from composer.cache import Store
 from composer.fingerprint import Unfingerprintable, code_digest, digest, program_digest, versions
+from composer.registry import Backend
 
 
 @attrs.define
@@ -64,13 +65,13 @@ def per_partition(backend_class: type) -> bool:
 
 @contextlib.contextmanager
 def reusing(
-    backends: Mapping[str, str],
+    backends: Mapping[str, Backend],
     store: Store | None,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
 ) -> Iterator[Reuse]:
-    """Answer the preprocessing of the backends ``{ExecuTorch backend id: composer name}``
-    from ``store`` (None: no cache) while inside; partitions still to lower go to ``jobs``
+    """Answer the preprocessing of the backends ``{ExecuTorch backend id: Backend}`` from
+    ``store`` (None: no cache) while inside; partitions still to lower go to ``jobs``
     processes where the backend lowers each partition on its own."""
     reuse = Reuse()
     original = backend_api.lower_all_submodules_to_backend
@@ -102,12 +103,13 @@ def reusing(
             progress(line)
 
 
-def _wrapper(cls: type, name: str, store: Store | None, reuse: Reuse, jobs: int):
+def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, jobs: int):
     # The class's own lowering, as ExecuTorch would have called it.
     original = cls.preprocess_multimethod.__func__
     whole_call = not per_partition(cls)
     try:
-        code = code_digest([cls])
+        # The class's code, and the compiler library it drives (OpenVINO's version...).
+        code = digest(code_digest([cls]), backend.spec.library)
     except Unfingerprintable:
         code = None
 
@@ -119,10 +121,10 @@ def _wrapper(cls: type, name: str, store: Store | None, reuse: Reuse, jobs: int)
                        [s for m in edge_programs for s in compile_specs[m]])  # fmt: skip
             cached = _load(store, key)
             if cached is not None:
-                reuse.count(name, sum(map(len, edge_programs.values())), 0)
+                reuse.count(backend.name, sum(map(len, edge_programs.values())), 0)
                 return cached
             results = original(klass, edge_programs, compile_specs)
-            reuse.count(name, 0, sum(map(len, edge_programs.values())))
+            reuse.count(backend.name, 0, sum(map(len, edge_programs.values())))
             if not _save(store, key, results):
                 reuse.unstored += 1
             return results
@@ -139,7 +141,9 @@ def _wrapper(cls: type, name: str, store: Store | None, reuse: Reuse, jobs: int)
             results[method][index] = result
             if not _save(store, key, result):
                 reuse.unstored += 1
-        reuse.count(name, sum(map(len, edge_programs.values())) - len(pending), len(pending))
+        reuse.count(
+            backend.name, sum(map(len, edge_programs.values())) - len(pending), len(pending)
+        )
         return results
 
     return preprocess_multimethod

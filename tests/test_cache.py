@@ -10,6 +10,7 @@ import sys
 import textwrap
 import warnings
 
+import attrs
 import pytest
 import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
@@ -17,7 +18,7 @@ from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import BackendSpec, zoo
+from composer import BackendSpec, Registry, zoo
 from composer import registry as registry_module
 from composer.cache import Store, evict, info
 from composer.cli import main
@@ -373,3 +374,15 @@ def test_a_program_whose_partitions_could_not_be_stored_is_not_stored(cache, mon
     _compose(model, inputs, backends=["unrepeatable"])
     assert not list(cache.glob("partition/*.entry"))
     assert not _compose(model, inputs, backends=["unrepeatable"])[0].from_cache
+
+
+def test_another_compiler_library_version_lowers_the_partitions_again(cache, monkeypatch):
+    registry = Registry.from_entry_points()
+    model, inputs = zoo.load("mlp")
+    _compose(model, inputs, registry=registry)
+    reused = "xnnpack: 1 of 1 lowered partition(s) reused from the cache"
+    assert reused in _compose(model, inputs, registry=registry)[1]
+    backend = registry.backends["xnnpack"]
+    upgraded = attrs.evolve(backend, spec=attrs.evolve(backend.spec, library="xnnpack 99"))
+    monkeypatch.setitem(registry._backends, "xnnpack", upgraded)
+    assert reused not in _compose(model, inputs, registry=registry)[1]
