@@ -72,7 +72,7 @@ def test_listed_tells_each_composer_partitioner_the_others_without_reading_frame
     alone, _ = trt.ops_to_not_decompose(program)
     assert torch.ops.aten.linear.default not in alone
     monkeypatch.setattr(drop_in, "_partitioners_listed_with", no_frames)
-    listed = drop_in.listed(trt, XnnpackPartitioner())
+    listed = composer.listed(trt, XnnpackPartitioner())
     kept, keep_whole = trt.ops_to_not_decompose(program)
     # XNNPACK keeps linear whole, under its own filter: the trt partitioner keeps it too.
     assert torch.ops.aten.linear.default in kept and keep_whole is not None
