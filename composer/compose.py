@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +16,7 @@ from torch.export import ExportedProgram
 
 from composer.atomic import write_all
 from composer.cache import Store, cache_dir, cache_enabled
-from composer.errors import BackendListError, ComposerError, ModelError
+from composer.errors import BackendListError, ComposerError, ComposerWarning, ModelError
 from composer.plan import Plan
 from composer.registry import Registry, default_registry
 from composer.runtime import program_backend_ids, registered_backends
@@ -158,25 +161,27 @@ def plan(
         for c in (_program_cache(k, wanted, resolved, settings, registry) for k in PLAN_SOURCES)
         if c
     ]
-    result = next(filter(None, (c.by_module(model, example_inputs) for c in caches)), None)
-    if result is None:
+    stored = next(filter(None, (c.by_module(model, example_inputs) for c in caches)), None)
+    if stored is None:
         program = export_model(model, example_inputs)
-        result = next(filter(None, (c.by_program(program) for c in caches)), None)
-    if isinstance(result, dict):
-        result = result["plan"]
-    if result is None:
+        stored = next(filter(None, (c.by_program(program) for c in caches)), None)
+    if stored is None:
         from composer.scheduler.stack import StackSettings, lower_stack
 
         # Plan mode compiles nothing: every backend lowers to the stand-in.
         all_stand_ins = {backend.name for backend in resolved}
-        _edge, result = lower_stack(
-            program, resolved, registry, all_stand_ins, StackSettings(**settings)
-        )
+        with _composer_warnings() as said:
+            _edge, result = lower_stack(
+                program, resolved, registry, all_stand_ins, StackSettings(**settings)
+            )
         result = _with_backend_facts(result, resolved)
         if caches:
-            caches[0].save(result)
-    elif progress is not None:
-        progress(f"reused the plan from the cache ({cache_dir()})")
+            caches[0].save({"plan": result, "warnings": said})
+    else:
+        if progress is not None:
+            progress(f"reused the plan from the cache ({cache_dir()})")
+        _replay(stored.get("warnings", ()))
+        result = stored["plan"]
     return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
 
 
@@ -308,10 +313,22 @@ def compose(
     if stored is not None:
         if progress is not None:
             progress(f"reused the composed program from the cache ({folder})")
+        _replay(stored.get("warnings", ()))
+        # Lowered again only if asked for, maybe after the caller ran the model, which can
+        # update its buffers in place (a KV cache): from the model as it is now.
+        # torch.export's graph depends on the grad mode (verify runs under no_grad).
+        frozen, grad = copy.deepcopy(model), torch.is_grad_enabled()
+
+        def lower_frozen() -> Lowered:
+            with torch.set_grad_enabled(grad):
+                program = export_model(frozen, example_inputs)
+            return _lower(program, resolved, registry, stand_ins, settings, folder, workers)
+
         return Composition(stored["buffer"], stored["data_files"], stored["plan"],
                            _eager(model, program), _example_inputs(model, example_inputs),
-                           from_cache=True, lower=lower)  # fmt: skip
-    lowered = lower()
+                           from_cache=True, lower=lower_frozen)  # fmt: skip
+    with _composer_warnings() as said:
+        lowered = lower()
     composition = Composition(lowered.buffer, lowered.data_files, lowered.plan,
                               _eager(model, program), _example_inputs(model, example_inputs),
                               lowered=lowered)  # fmt: skip
@@ -319,8 +336,28 @@ def compose(
     # again for its edge program and reference, which must match its bytes.
     if cached and lowered.repeatable:
         cached.save({"buffer": composition.buffer, "data_files": composition.data_files,
-                     "plan": composition.plan})  # fmt: skip
+                     "plan": composition.plan, "warnings": said})  # fmt: skip
     return composition
+
+
+@contextlib.contextmanager
+def _composer_warnings():
+    """composer's own warnings while lowering (a pin that names no op...), as they are also
+    shown, so that a result from the cache says them again."""
+    said: list[tuple[type, str]] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ComposerWarning)
+        yield said
+    for warning in caught:
+        if issubclass(warning.category, ComposerWarning):
+            said.append((warning.category, str(warning.message)))
+        warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                               warning.lineno, source=warning.source)  # fmt: skip
+
+
+def _replay(said) -> None:
+    for category, message in said:
+        warnings.warn(message, category, stacklevel=3)
 
 
 def _jobs(jobs: int | None) -> int:

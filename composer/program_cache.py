@@ -71,7 +71,8 @@ class ProgramCache:
         found = module_digest(model, tuple(example_inputs))
         if found is None:
             return None
-        self.module_key = digest(self.stack, found)
+        # What torch.export makes of the module depends on the grad mode too.
+        self.module_key = digest(self.stack, found, str(torch.is_grad_enabled()))
         pointer = self.modules.get(self.module_key)
         if pointer is None:
             return None

@@ -386,3 +386,26 @@ def test_another_compiler_library_version_lowers_the_partitions_again(cache, mon
     upgraded = attrs.evolve(backend, spec=attrs.evolve(backend.spec, library="xnnpack 99"))
     monkeypatch.setitem(registry._backends, "xnnpack", upgraded)
     assert reused not in _compose(model, inputs, registry=registry)[1]
+
+
+def test_a_result_from_the_cache_repeats_composers_warnings(cache):
+    model, inputs = zoo.load("mlp")
+    pin = {"never": {"xnnpack": ["aten.relu"]}}
+    for _ in range(2):
+        with pytest.warns(ComposerWarning, match="names no op; did you mean aten.relu.default"):
+            composition, _ = _compose(model, inputs, **pin)
+        with pytest.warns(ComposerWarning, match="names no op; did you mean aten.relu.default"):
+            composer.plan(model, ["xnnpack"], inputs, **pin)
+    assert composition.from_cache
+
+
+def test_a_cached_program_lowers_again_the_same_under_no_grad(cache):
+    # verify runs under no_grad, and torch.export's graph of a model with a KV cache
+    # differs there: the lowering behind a cached program must be made as the first was.
+    model, inputs = zoo.load("llama_decoder")
+    _compose(model, inputs)
+    composition, _ = _compose(model, inputs)
+    assert composition.from_cache
+    with torch.no_grad():
+        assert composition.edge is not None
+    assert composition.verify().ok
