@@ -36,6 +36,11 @@ DEFAULT_SIZE = 2 << 30
 STALE_TEMPORARY_S = 3600  # a writer that died left its temporary file: removed after an hour
 
 
+class DamagedEntryWarning(ComposerWarning):
+    """A cache entry failed its checksum: about this run's cache, not about the model, so a
+    result from the cache does not say it again."""
+
+
 def cache_dir() -> Path:
     """``$COMPOSER_CACHE_DIR``, else ``$XDG_CACHE_HOME/composer``, else ``~/.cache/composer``."""
     explicit = os.environ.get("COMPOSER_CACHE_DIR")
@@ -96,7 +101,7 @@ class Store:
         ):
             warnings.warn(
                 f"dropped a damaged {self.kind} cache entry ({path}); doing that work again",
-                ComposerWarning,
+                DamagedEntryWarning,
                 stacklevel=2,
             )
             path.unlink(missing_ok=True)

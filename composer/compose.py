@@ -15,7 +15,7 @@ import torch
 from torch.export import ExportedProgram
 
 from composer.atomic import write_all
-from composer.cache import Store, cache_dir, cache_enabled
+from composer.cache import DamagedEntryWarning, Store, cache_dir, cache_enabled
 from composer.errors import BackendListError, ComposerError, ComposerWarning, ModelError
 from composer.plan import Plan
 from composer.registry import Registry, default_registry
@@ -349,7 +349,9 @@ def _composer_warnings():
         warnings.simplefilter("always", ComposerWarning)
         yield said
     for warning in caught:
-        if issubclass(warning.category, ComposerWarning):
+        if issubclass(warning.category, ComposerWarning) and not issubclass(
+            warning.category, DamagedEntryWarning
+        ):
             said.append((warning.category, str(warning.message)))
         warnings.warn_explicit(warning.message, warning.category, warning.filename,
                                warning.lineno, source=warning.source)  # fmt: skip
