@@ -2,6 +2,7 @@
 
 import composer
 plan = composer.plan(model, ["tensorrt_stub", "xnnpack"], example_inputs)
+stack = composer.Stack(["cuda", "xnnpack"], options={"cuda": {"max_autotune": "OFF"}})
 composition = composer.compose(model, "tensorrt_stub,xnnpack", example_inputs)
 composition.save("model.pte"); print(composition.verify())
 """
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from composer.options import Option
     from composer.plan import Fallback, Partition, Plan
     from composer.registry import Registry, default_registry
+    from composer.stack import Stack
     from composer.verification import Verification
 
 _MODULE_OF = {
@@ -49,6 +51,7 @@ _MODULE_OF = {
     "Plan": "composer.plan",
     "PluginError": "composer.errors",
     "Registry": "composer.registry",
+    "Stack": "composer.stack",
     "Tolerance": "composer.backend_spec",
     "Verification": "composer.verification",
     "compose": "composer.compose",
@@ -74,6 +77,7 @@ __all__ = [
     "Plan",
     "PluginError",
     "Registry",
+    "Stack",
     "Tolerance",
     "Verification",
     "compose",

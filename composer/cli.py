@@ -23,33 +23,13 @@ REPORT_SUFFIXES = (".json", ".html")
 
 
 def _stack(args: argparse.Namespace):
-    from composer.config import find_config, load_config
+    from composer.config import find_config, stack_from
 
     path = Path(args.config) if args.config else find_config(Path.cwd())
     if args.config and not path.is_file():
         raise ComposerError(f"no such config file: {args.config}")
-    stack = load_config(path).with_overrides(
-        args.backends, args.option, args.no_consolidate, args.placement
-    )
-    if not stack.backends:
-        raise ComposerError(
-            "no backends given: pass --backends a,b or set backends in [tool.composer] of "
-            "pyproject.toml or in composer.toml."
-        )
-    return stack
-
-
-def _settings(stack, args: argparse.Namespace) -> dict:
-    settings = {
-        "options": stack.options,
-        "never": stack.never,
-        "min_partition_size": stack.min_partition_size,
-        "placement": stack.placement,
-        "cache": not args.no_cache,
-    }
-    if stack.placement == "measured":
-        settings.update(tune_budget=args.tune_budget)
-    return settings
+    placement = "strict" if args.no_consolidate else args.placement
+    return stack_from(path, args.backends, args.option, placement, args.tune_budget)
 
 
 def _backends(args: argparse.Namespace) -> int:
@@ -101,7 +81,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     stack = _stack(args)
     model, inputs = load_model(args.model)
-    plan = composer.plan(model, list(stack.backends), inputs, **_settings(stack, args))
+    plan = composer.plan(model, stack, inputs, cache=not args.no_cache)
     print(plan.to_json() if args.json else plan.summary_table())
     return 0
 
@@ -126,8 +106,9 @@ def _lower(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
-    composition = composer.compose(model, list(stack.backends), inputs, progress=progress,
-                                   jobs=args.jobs, **_settings(stack, args))  # fmt: skip
+    composition = composer.compose(
+        model, stack, inputs, progress=progress, jobs=args.jobs, cache=not args.no_cache
+    )
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
@@ -152,13 +133,7 @@ def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None
     from composer.latency import compare_with_singles, latency_table
 
     def compose_single(name: str):
-        settings = {
-            "options": stack.options,
-            "never": stack.never,
-            "min_partition_size": stack.min_partition_size,
-        }
-        only = {key: {name: v[name]} if name in v else {} for key, v in settings.items()}
-        return composer.compose(model, [name], inputs, **only)
+        return composer.compose(model, stack.only([name]), inputs)
 
     print(f"latency over {runs} runs, interleaved with eager, in the ExecuTorch runtime:",
           flush=True)  # fmt: skip
@@ -276,7 +251,7 @@ def _explain(args: argparse.Namespace) -> int:
 
     stack = _stack(args)
     model, inputs = load_model(args.model)
-    plan = composer.plan(model, list(stack.backends), inputs, **_settings(stack, args))
+    plan = composer.plan(model, stack, inputs, cache=not args.no_cache)
     if args.node:
         nodes = [args.node] if args.node in plan.node_backends else []
     else:
@@ -310,7 +285,7 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    from composer.placement import PLACEMENTS
+    from composer.stack import PLACEMENTS
 
     parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument(

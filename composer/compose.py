@@ -6,7 +6,7 @@ import contextlib
 import copy
 import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from composer.errors import BackendListError, ComposerError, ComposerWarning, Mo
 from composer.plan import Plan
 from composer.registry import Registry, default_registry
 from composer.runtime import program_backend_ids, registered_backends
+from composer.stack import Stack
 
 if TYPE_CHECKING:
     from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
@@ -63,54 +64,9 @@ def _example_inputs(model: Model, given: Sequence[Any] | None) -> tuple:
     return ()
 
 
-def _settings(resolved, options, never, min_partition_size, progress, consolidate) -> dict:
-    """The stack's settings, checked: keyword arguments of ``StackSettings``, which is only
-    built when lowering starts (it imports ExecuTorch, which a cache hit does without)."""
-    names = {backend.name for backend in resolved}
-    for what, given in (
-        ("options", options),
-        ("never", never),
-        ("min_partition_size", min_partition_size),
-    ):
-        unknown = set(given or {}) - names
-        if unknown:
-            raise BackendListError(
-                f"{what} given for {', '.join(sorted(unknown))}, which is not in the backend "
-                f"list {[b.name for b in resolved]}."
-            )
-    for name, size in (min_partition_size or {}).items():
-        if not isinstance(size, int) or size < 1:
-            raise ComposerError(f"min_partition_size for {name!r} must be a whole number >= 1.")
-    from composer.options import check_options, declared_options
-
-    # Every backend, given options or not: defaults reach the hooks, and a plugin's broken
-    # composer_options surfaces before export rather than halfway through lowering.
-    checked = {
-        backend.name: check_options(
-            backend.name, declared_options(backend), (options or {}).get(backend.name)
-        )
-        for backend in resolved
-    }
-    return {
-        "options": checked,
-        "never": {k: frozenset(v) for k, v in (never or {}).items()},
-        "min_partition_size": dict(min_partition_size or {}),
-        "progress": progress,
-        "consolidate": consolidate,
-    }
-
-
-def _consolidates(placement: str, consolidate: bool) -> bool:
-    from composer.placement import PLACEMENTS
-
-    if placement not in PLACEMENTS:
-        raise ComposerError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}.")
-    return consolidate and placement == "priority"
-
-
-def _prepare(backends, registry, plan_only):
+def _prepare(stack: Stack, registry, plan_only):
     registry = registry or default_registry()
-    resolved = registry.resolve(backends)
+    resolved = registry.resolve(stack.backends)
     stand_ins = set()
     for backend in resolved:
         reason = registry.unavailable_reason(backend)
@@ -127,53 +83,43 @@ def _prepare(backends, registry, plan_only):
 
 def plan(
     model: Model,
-    backends: str | Sequence[str],
+    stack: Stack | str | Sequence[str],
     example_inputs: Sequence[Any] | None = None,
     *,
-    options: Mapping[str, Mapping[str, str]] | None = None,
-    never: Mapping[str, Iterable[str]] | None = None,
-    min_partition_size: Mapping[str, int] | None = None,
     progress: Callable[[str], None] | None = None,
-    consolidate: bool = True,
-    placement: str = "priority",
-    tune_budget: float | None = None,
     cache: bool = True,
     registry: Registry | None = None,
+    **settings: Any,
 ) -> Plan:
     """Work out which backend takes which node, without compiling anything.
 
     Runs on any machine: the partitions are exactly those ``compose`` makes on the target.
-    The keyword arguments are as for :func:`compose`; ``placement="measured"`` composes and
-    times candidates for real, so it needs backends that run here.
+    The arguments are as for :func:`compose`; ``placement="measured"`` composes and times
+    candidates for real, so it needs backends that run here.
     """
+    stack = Stack.of(stack, **settings)
     cache = cache and cache_enabled()
-    if placement == "measured":
-        return _measured(model, backends, example_inputs, options, never, min_partition_size,
-                         progress, tune_budget, cache, registry).plan  # fmt: skip
+    if stack.placement == "measured":
+        return _measured(model, stack, example_inputs, progress, cache, registry).plan
     given_registry = registry is not None
-    resolved, registry, unavailable = _prepare(backends, registry, True)
-    consolidate = _consolidates(placement, consolidate)
-    settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
+    resolved, registry, unavailable = _prepare(stack, registry, True)
+    stack = stack.with_defaults(resolved)
     wanted = cache and not given_registry
     # A composed program's entry holds its plan too: planning after composing costs nothing.
     caches = [
-        c
-        for c in (_program_cache(k, wanted, resolved, settings, registry) for k in PLAN_SOURCES)
-        if c
+        c for c in (_program_cache(k, wanted, resolved, stack, registry) for k in PLAN_SOURCES) if c
     ]
     stored = next(filter(None, (c.by_module(model, example_inputs) for c in caches)), None)
     if stored is None:
         program = export_model(model, example_inputs)
         stored = next(filter(None, (c.by_program(program) for c in caches)), None)
     if stored is None:
-        from composer.scheduler.stack import StackSettings, lower_stack
+        from composer.scheduler.stack import lower_stack
 
         # Plan mode compiles nothing: every backend lowers to the stand-in.
         all_stand_ins = {backend.name for backend in resolved}
         with _composer_warnings() as said:
-            _edge, result = lower_stack(
-                program, resolved, registry, all_stand_ins, StackSettings(**settings)
-            )
+            _edge, result = lower_stack(program, resolved, registry, all_stand_ins, stack, progress)
         result = _with_backend_facts(result, resolved)
         if caches:
             caches[0].save({"plan": result, "warnings": said})
@@ -188,7 +134,7 @@ def plan(
 PLAN_SOURCES = ("plan", "program")  # where a plan may be found, in order
 
 
-def _program_cache(kind: str, wanted: bool, resolved, settings: dict, registry: Registry):
+def _program_cache(kind: str, wanted: bool, resolved, stack: Stack, registry: Registry):
     """The cache of whole results for this stack, if caching is on and the stack digestible.
 
     Not with an explicit registry: it may hold plugin objects whose state no digest sees,
@@ -197,44 +143,28 @@ def _program_cache(kind: str, wanted: bool, resolved, settings: dict, registry: 
         return None
     from composer.program_cache import ProgramCache
 
-    return ProgramCache.open(cache_dir(), kind, resolved, settings, registry)
+    return ProgramCache.open(cache_dir(), kind, resolved, stack, registry)
 
 
-def _measured(
-    model, backends, example_inputs, options, never, min_partition_size, progress,
-    tune_budget, cache, registry,
-) -> Composition:  # fmt: skip
+def _measured(model, stack: Stack, example_inputs, progress, cache: bool, registry) -> Composition:
     """Compose with the fastest candidate placement, measured here (composer.placement)."""
     from composer import placement as measured
 
     registry = registry or default_registry()
-    resolved = registry.resolve(backends)
-    names = [backend.name for backend in resolved]
     # The checks every candidate's compose makes, once and before any work.
-    _settings(resolved, options, never, min_partition_size, None, True)
+    stack.with_defaults(registry.resolve(stack.backends))
     program = export_model(model, example_inputs)
-    settings = {
-        "options": options or {},
-        "never": never or {},
-        "min_partition_size": min_partition_size or {},
-    }
 
     def compose_candidate(candidate):
-        only = {
-            key: {
-                name: value for name, value in (given or {}).items() if name in candidate.backends
-            }
-            for key, given in settings.items()
-        }
-        return compose(model, list(candidate.backends), example_inputs, registry=registry,
-                       placement=candidate.placement, **only)  # fmt: skip
+        only = stack.only(candidate.backends, candidate.placement)
+        return compose(model, only, example_inputs, registry=registry)
 
     choice, composed = measured.measure(
         compose_candidate,
-        names,
+        list(stack.backends),
         _example_inputs(program, example_inputs),
-        key=measured.cache_key(program, names, settings, measured.RUNS),
-        budget_s=tune_budget,
+        key=measured.cache_key(program, stack.backends, stack.settings(), measured.RUNS),
+        budget_s=stack.tune_budget,
         progress=progress,
         cache_dir=cache_dir() if cache else None,
     )
@@ -254,49 +184,41 @@ def _with_backend_facts(plan: Plan, resolved) -> Plan:
 
 def compose(
     model: Model,
-    backends: str | Sequence[str],
+    stack: Stack | str | Sequence[str],
     example_inputs: Sequence[Any] | None = None,
     *,
-    options: Mapping[str, Mapping[str, str]] | None = None,
-    never: Mapping[str, Iterable[str]] | None = None,
-    min_partition_size: Mapping[str, int] | None = None,
     progress: Callable[[str], None] | None = None,
-    consolidate: bool = True,
-    placement: str = "priority",
-    tune_budget: float | None = None,
     cache: bool = True,
     jobs: int | None = None,
     registry: Registry | None = None,
+    **settings: Any,
 ) -> Composition:
-    """Lower ``model`` with ``backends`` in priority order into one ExecuTorch program.
+    """Lower ``model`` with a stack of backends, in priority order, into one ExecuTorch program.
 
-    By backend name: ``options`` (``{"cuda": {"max_autotune": "OFF"}}``), ``never`` (ops it
-    must not take: ``{"tensorrt_stub": ["aten._softmax.default"]}``) and
-    ``min_partition_size`` (overrides the backend's). ``progress`` gets one line per backend
-    and partition as lowering goes. ``placement="priority"`` (the default) gives every op to
-    the first backend that can take it, except a small host island between partitions of an
-    accelerator backend, which joins that backend when it can take it (a device round trip
-    saved); ``"strict"`` (or the older ``consolidate=False``) makes no exception;
-    ``"measured"`` composes the declared order, the other orders and each backend alone, times
-    them in the runtime here and keeps the fastest (see :mod:`composer.placement`; at most
-    ``tune_budget`` seconds of composing, measurements cached unless ``cache=False``).
+    ``stack`` is a :class:`~composer.stack.Stack`, or its backends (a list of names or
+    ``"a,b"``) with the other fields of a Stack as keywords: ``options``, ``never``,
+    ``min_partition_size``, ``placement``, ``tune_budget`` (``consolidate=False`` is the
+    older spelling of ``placement="strict"``). ``example_inputs`` export an ``nn.Module``
+    (an ``ExportedProgram`` needs none). ``progress`` gets one line per backend and
+    partition as lowering goes.
 
     ``cache`` (default on) reuses what was composed before: the whole program when the model,
     stack and versions are the same, else each lowered partition that is (see
-    :mod:`composer.cache`). ``jobs`` processes lower partitions in parallel where the backend
-    lowers each on its own (default 1).
+    :mod:`composer.cache`); measured placement's timings are cached too. ``jobs`` processes
+    lower partitions in parallel where the backend lowers each on its own (default 1).
+    ``registry`` replaces the installed plugins (tests; a program composed with one is not
+    cached whole).
     """
+    stack = Stack.of(stack, **settings)
     cache = cache and cache_enabled()
-    if placement == "measured":
-        return _measured(model, backends, example_inputs, options, never, min_partition_size,
-                         progress, tune_budget, cache, registry)  # fmt: skip
+    if stack.placement == "measured":
+        return _measured(model, stack, example_inputs, progress, cache, registry)
     given_registry = registry is not None
-    resolved, registry, stand_ins = _prepare(backends, registry, False)
+    resolved, registry, stand_ins = _prepare(stack, registry, False)
     workers = _jobs(jobs)
-    consolidate = _consolidates(placement, consolidate)
-    settings = _settings(resolved, options, never, min_partition_size, progress, consolidate)
+    stack = stack.with_defaults(resolved)
     folder = cache_dir() if cache else None
-    cached = _program_cache("program", cache and not given_registry, resolved, settings, registry)
+    cached = _program_cache("program", cache and not given_registry, resolved, stack, registry)
     exported: list[ExportedProgram] = []
 
     def program() -> ExportedProgram:
@@ -305,7 +227,7 @@ def compose(
         return exported[0]
 
     def lower() -> Lowered:
-        return _lower(program(), resolved, registry, stand_ins, settings, folder, workers)
+        return _lower(program(), resolved, registry, stand_ins, stack, progress, folder, workers)
 
     stored = cached.by_module(model, example_inputs) if cached else None
     if stored is None and cached:
@@ -322,7 +244,7 @@ def compose(
         def lower_frozen() -> Lowered:
             with torch.set_grad_enabled(grad):
                 program = export_model(frozen, example_inputs)
-            return _lower(program, resolved, registry, stand_ins, settings, folder, workers)
+            return _lower(program, resolved, registry, stand_ins, stack, progress, folder, workers)
 
         return Composition(stored["buffer"], stored["data_files"], stored["plan"],
                            _eager(model, program), _example_inputs(model, example_inputs),
@@ -392,17 +314,15 @@ class Lowered:
 
 
 def _lower(
-    program, resolved, registry, stand_ins, settings: dict, folder: Path | None, jobs: int
+    program, resolved, registry, stand_ins, stack: Stack, progress, folder: Path | None, jobs: int
 ) -> Lowered:
     from composer.partition_cache import reusing
-    from composer.scheduler.stack import StackSettings, lower_stack
+    from composer.scheduler.stack import lower_stack
 
     lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
     store = None if folder is None else Store(folder, "partition")
-    with reusing(lowering, store, settings["progress"], jobs) as reuse:
-        edge, result = lower_stack(
-            program, resolved, registry, stand_ins, StackSettings(**settings)
-        )
+    with reusing(lowering, store, progress, jobs) as reuse:
+        edge, result = lower_stack(program, resolved, registry, stand_ins, stack, progress)
     result = _with_backend_facts(result, resolved)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()

@@ -14,55 +14,63 @@ tensorrt_stub = ["aten._softmax.default"]
 
 ``placement = "strict"`` (top level) keeps plain priority order: no island is handed over;
 ``"priority"``, the default, moves a host island between accelerator partitions to the
-accelerator; ``"measured"`` times candidates on this machine (composer.placement). ``consolidate = false`` is the older spelling of ``placement = "strict"``.
+accelerator; ``"measured"`` times candidates on this machine (composer.placement), composing
+them for at most ``tune_budget`` seconds. ``consolidate = false`` is the older spelling of
+``placement = "strict"``. What is read becomes a ``composer.stack.Stack``.
 """
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from composer.errors import ComposerError
-from composer.placement import PLACEMENTS
+from composer.stack import PLACEMENTS, Stack
 
-KEYS = {"backends", "options", "min_partition_size", "never", "consolidate", "placement"}
+KEYS = {
+    "backends",
+    "options",
+    "min_partition_size",
+    "never",
+    "consolidate",
+    "placement",
+    "tune_budget",
+}
 
 
-@attrs.frozen
-class StackConfig:
-    """Backends in priority order and what is set per backend."""
-
-    backends: tuple[str, ...] = ()
-    options: dict[str, dict[str, str]] = attrs.field(factory=dict)
-    min_partition_size: dict[str, int] = attrs.field(factory=dict)
-    never: dict[str, tuple[str, ...]] = attrs.field(factory=dict)
-    placement: str = "priority"  # or "strict": see the module docstring
-
-    @property
-    def consolidate(self) -> bool:
-        return self.placement == "priority"
-
-    def with_overrides(
-        self,
-        backends: str | None,
-        options: list[str],
-        plain_order: bool = False,
-        placement: str | None = None,
-    ) -> StackConfig:
-        """Command-line ``--backends a,b`` and ``--option backend.name=value`` win."""
-        merged = {name: dict(values) for name, values in self.options.items()}
-        for item in options:
-            key, equals, value = item.partition("=")
-            backend, dot, name = key.partition(".")
-            if not (equals and dot and backend and name):
-                raise ComposerError(f"--option takes BACKEND.NAME=VALUE, not {item!r}.")
-            merged.setdefault(backend, {})[name] = value
-        chosen = tuple(b.strip() for b in backends.split(",")) if backends else self.backends
-        chosen_placement = "strict" if plain_order else (placement or self.placement)
-        return attrs.evolve(self, backends=chosen, options=merged, placement=chosen_placement)
+def stack_from(
+    path: Path | None,
+    backends: str | None = None,
+    options: Sequence[str] = (),
+    placement: str | None = None,
+    tune_budget: float | None = None,
+) -> Stack:
+    """The stack of the config at ``path`` (None: no config), with the command line's
+    ``--backends a,b``, ``--option BACKEND.NAME=VALUE``, ``--placement`` and ``--tune-budget``
+    winning over it."""
+    fields = load_config(path)
+    merged = {name: dict(values) for name, values in fields.get("options", {}).items()}
+    for item in options:
+        key, equals, value = item.partition("=")
+        backend, dot, name = key.partition(".")
+        if not (equals and dot and backend and name):
+            raise ComposerError(f"--option takes BACKEND.NAME=VALUE, not {item!r}.")
+        merged.setdefault(backend, {})[name] = value
+    fields["options"] = merged
+    if backends:
+        fields["backends"] = backends
+    if placement is not None:
+        fields["placement"] = placement
+    if tune_budget is not None:
+        fields["tune_budget"] = tune_budget
+    if not fields.get("backends"):
+        raise ComposerError(
+            "no backends given: pass --backends a,b or set backends in [tool.composer] of "
+            "pyproject.toml or in composer.toml."
+        )
+    return Stack(**fields)
 
 
 def find_config(directory: Path) -> Path | None:
@@ -75,10 +83,10 @@ def find_config(directory: Path) -> Path | None:
     return None
 
 
-def load_config(path: Path | None) -> StackConfig:
-    """Read the stack from ``path``; no path: an empty config."""
+def load_config(path: Path | None) -> dict[str, Any]:
+    """The fields of a ``Stack`` that ``path`` sets, their types checked; no path: none."""
     if path is None:
-        return StackConfig()
+        return {}
     data = _read(path)
     table = data.get("tool", {}).get("composer", {}) if path.name == "pyproject.toml" else data
     unknown = set(table) - KEYS
@@ -86,29 +94,31 @@ def load_config(path: Path | None) -> StackConfig:
         raise ComposerError(
             f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KEYS))}."
         )
+    fields: dict[str, Any] = {"placement": _placement(table, path)}
     backends = table.get("backends", ())
     if isinstance(backends, str):
         backends = [b.strip() for b in backends.split(",")]
-    return StackConfig(
-        backends=tuple(_strings(backends, path, "backends")),
-        options={
-            name: {
-                key: str(value) for key, value in _table(values, path, f"options.{name}").items()
-            }
-            for name, values in _table(table.get("options", {}), path, "options").items()
-        },
-        min_partition_size={
-            name: _positive(size, path, name)
-            for name, size in _table(
-                table.get("min_partition_size", {}), path, "min_partition_size"
-            ).items()
-        },
-        never={
-            name: tuple(_strings(ops, path, f"never.{name}"))
-            for name, ops in _table(table.get("never", {}), path, "never").items()
-        },
-        placement=_placement(table, path),
-    )
+    fields["backends"] = tuple(_strings(backends, path, "backends"))
+    fields["options"] = {
+        name: {key: str(value) for key, value in _table(values, path, f"options.{name}").items()}
+        for name, values in _table(table.get("options", {}), path, "options").items()
+    }
+    fields["min_partition_size"] = {
+        name: _positive(size, path, name)
+        for name, size in _table(
+            table.get("min_partition_size", {}), path, "min_partition_size"
+        ).items()
+    }
+    fields["never"] = {
+        name: tuple(_strings(ops, path, f"never.{name}"))
+        for name, ops in _table(table.get("never", {}), path, "never").items()
+    }
+    if "tune_budget" in table:
+        budget = table["tune_budget"]
+        if isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0:
+            raise ComposerError(f"{path}: tune_budget must be a number of seconds >= 0.")
+        fields["tune_budget"] = float(budget)
+    return fields
 
 
 def _read(path: Path) -> dict[str, Any]:

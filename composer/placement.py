@@ -34,7 +34,6 @@ import attrs
 
 from composer.latency import Latency, ProgramTrace, interleaved, trace
 
-PLACEMENTS = ("priority", "strict", "measured")  # what users may ask for, everywhere
 MARGIN = 0.05  # a candidate must beat the declared order by this much to replace it
 RUNS = 100
 TRACE_RUNS = 30  # calls per program under ETDump, for the per-partition times

@@ -26,6 +26,7 @@ from composer.fingerprint import (
     program_digest,
     versions,
 )
+from composer.stack import Stack
 
 
 @attrs.define
@@ -39,9 +40,7 @@ class ProgramCache:
     module_key: str | None = None
 
     @classmethod
-    def open(
-        cls, folder: Path, kind: str, resolved, settings: dict, registry
-    ) -> ProgramCache | None:
+    def open(cls, folder: Path, kind: str, resolved, stack: Stack, registry) -> ProgramCache | None:
         """None when something in the stack cannot be digested. Whether each backend can
         lower here is part of the key: a plugin that refuses to plan without its library
         must not be answered with a plan made while it had it."""
@@ -57,10 +56,8 @@ class ProgramCache:
             kind,
             versions(),
             *backends,
-            repr(sorted((k, sorted(v.items())) for k, v in settings["options"].items())),
-            repr(sorted((k, sorted(v)) for k, v in settings["never"].items())),
-            repr(sorted(settings["min_partition_size"].items())),
-            repr(settings["consolidate"]),
+            repr(stack.settings()),
+            repr(stack.consolidates),
         )
         return cls(Store(folder, kind), Store(folder, "module"), stack)
 

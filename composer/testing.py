@@ -138,21 +138,17 @@ def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str,
     """The program ``composer.plan`` lowers to stand-ins (it returns only the plan)."""
     from composer.compose import export_model
     from composer.registry import default_registry
-    from composer.scheduler.stack import StackSettings, lower_stack
+    from composer.scheduler.stack import lower_stack
+    from composer.stack import Stack
 
-    registry = settings.get("registry") or default_registry()
-    resolved = registry.resolve(backends)
-    stack_settings = StackSettings(
-        options={k: dict(v) for k, v in (settings.get("options") or {}).items()},
-        never={k: frozenset(v) for k, v in (settings.get("never") or {}).items()},
-        min_partition_size=dict(settings.get("min_partition_size") or {}),
-        consolidate=settings.get("consolidate", True)
-        and settings.get("placement", "priority") == "priority",
-    )
+    settings = dict(settings)
+    registry = settings.pop("registry", None) or default_registry()
+    settings.pop("cache", None)
+    stack = Stack.of(backends, **settings)
+    resolved = registry.resolve(stack.backends)
     program = export_model(model, example_inputs)
-    edge, _plan = lower_stack(
-        program, resolved, registry, {b.name for b in resolved}, stack_settings
-    )
+    stand_ins = {b.name for b in resolved}
+    edge, _plan = lower_stack(program, resolved, registry, stand_ins, stack.with_defaults(resolved))
     return edge
 
 

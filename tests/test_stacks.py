@@ -8,7 +8,8 @@ import torch
 import composer
 from composer import zoo
 from composer.registry import default_registry
-from composer.scheduler.stack import StackSettings, lower_stack
+from composer.scheduler.stack import lower_stack
+from composer.stack import Stack
 
 STACKS = [
     ["tensorrt_stub", "xnnpack"],
@@ -158,21 +159,23 @@ def test_a_native_partitioner_runs_once_per_program_it_is_asked_about(
         return partition(self, exported_program)
 
     monkeypatch.setattr(XnnpackPartitioner, "partition", counted)
-    plan = lowered_plan("llama_block", stack, StackSettings(consolidate=consolidate))
+    placement = "priority" if consolidate else "strict"
+    plan = lowered_plan("llama_block", Stack(stack, placement=placement))
     assert plan.partitions_of("xnnpack")
     assert len(calls) == runs
 
 
-def lowered_plan(model_name, stack, settings):
+def lowered_plan(model_name, stack: Stack):
     """The plan of ``lower_stack`` itself, every backend a stand-in: no cache, no placement."""
     registry = default_registry()
     model, inputs = zoo.load(model_name)
     program = torch.export.export(model, inputs, strict=False)
-    backends = registry.resolve(stack)
-    return lower_stack(program, backends, registry, set(stack), settings)[1]
+    backends = registry.resolve(stack.backends)
+    stand_ins = set(stack.backends)
+    return lower_stack(program, backends, registry, stand_ins, stack.with_defaults(backends))[1]
 
 
 def test_plan_edges_include_those_inside_a_delegate():
-    plan = lowered_plan("mlp", ["xnnpack"], StackSettings())
+    plan = lowered_plan("mlp", Stack(["xnnpack"]))
     assert plan.delegate_calls == 1
     assert ("aten_linear_default", "aten_relu_default") in plan.edges

@@ -7,7 +7,6 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 
-import attrs
 import torch
 import torch.fx
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
@@ -23,6 +22,7 @@ from composer.scheduler.guards import foreign_delegate_nodes
 from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_backend_name
 from composer.scheduler.support import Support
+from composer.stack import Stack
 
 HOST = "cpu"
 
@@ -32,11 +32,11 @@ def lower_stack(
     backends: list[Backend],
     registry: Registry,
     stand_ins: set[str],
-    settings: StackSettings | None = None,
+    stack: Stack,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[EdgeProgramManager, Plan]:
-    """Lower ``program`` with ``backends`` in order; those in ``stand_ins`` lower to a stand-in."""
-    settings = settings or StackSettings()
-    progress = settings.progress
+    """Lower ``program`` with ``backends`` (``stack``'s, resolved) in order; those in
+    ``stand_ins`` lower to a stand-in. ``stack`` has its options' defaults filled in."""
     records: list[PartitionRecord] = []
     partitioners = [
         ComposerPartitioner(
@@ -44,13 +44,13 @@ def lower_stack(
             registry,
             stand_in=backend.name in stand_ins,
             on_partition=records.append,
-            options=settings.options.get(backend.name),
-            min_partition_size=settings.min_partition_size.get(backend.name),
+            options=stack.options.get(backend.name),
+            min_partition_size=stack.min_partition_size.get(backend.name),
             progress=progress,
         )
         for backend in backends
     ]
-    schedule = StackSchedule(partitioners, settings.never, settings.consolidate)
+    schedule = StackSchedule(partitioners, stack.never, stack.consolidates)
     for partitioner in partitioners:
         partitioner.stack = tuple(partitioners)
         partitioner.schedule = schedule
@@ -70,17 +70,6 @@ def lower_stack(
         edge.exported_program().graph_module, backends, records, stand_ins, schedule.edges
     )
     return edge, plan
-
-
-@attrs.frozen
-class StackSettings:
-    """What a user can set per backend, by backend name."""
-
-    options: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
-    never: Mapping[str, frozenset[str]] = attrs.field(factory=dict)  # ops it must not take
-    min_partition_size: Mapping[str, int] = attrs.field(factory=dict)
-    progress: Callable[[str], None] | None = None
-    consolidate: bool = True  # give small islands to the backend around them
 
 
 class StackSchedule:
