@@ -14,13 +14,11 @@ composition.save("model.pte"); print(composition.verify())
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from composer.backend_spec import BackendSpec, Tolerance
-    from composer.compose import Composition, compose, plan
+    from composer.composition import Composition, compose, plan
     from composer.drop_in import guard, partitioner
     from composer.errors import (
         BackendListError,
@@ -32,7 +30,7 @@ if TYPE_CHECKING:
     )
     from composer.op_names import op_name
     from composer.options import Option
-    from composer.plan import Fallback, Partition, Plan
+    from composer.plans import Fallback, Partition, Plan
     from composer.registry import Registry, default_registry
     from composer.stack import Stack
     from composer.verification import Verification
@@ -42,25 +40,25 @@ _MODULE_OF = {
     "BackendSpec": "composer.backend_spec",
     "ComposerError": "composer.errors",
     "ComposerWarning": "composer.errors",
-    "Composition": "composer.compose",
-    "Fallback": "composer.plan",
+    "Composition": "composer.composition",
+    "Fallback": "composer.plans",
     "ModelError": "composer.errors",
     "Option": "composer.options",
-    "Partition": "composer.plan",
+    "Partition": "composer.plans",
     "PartitionError": "composer.errors",
-    "Plan": "composer.plan",
+    "Plan": "composer.plans",
     "PluginError": "composer.errors",
     "Registry": "composer.registry",
     "Stack": "composer.stack",
     "Tolerance": "composer.backend_spec",
     "Verification": "composer.verification",
-    "compose": "composer.compose",
+    "compose": "composer.composition",
     "default_registry": "composer.registry",
     "guard": "composer.drop_in",
     "listed": "composer.drop_in",
     "op_name": "composer.op_names",
     "partitioner": "composer.drop_in",
-    "plan": "composer.compose",
+    "plan": "composer.composition",
 }
 
 __all__ = [
@@ -101,32 +99,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _FunctionOverSubmodule:
-    """A public function named like a submodule (``plan``, ``compose``) that stays the function.
-
-    Importing the submodule ``composer.plan`` (as every module reading ``Plan`` does) makes the
-    import system set the package's ``plan`` to that module; with lazy names, which one
-    ``composer.plan`` was would depend on import order. The submodules stay reachable the
-    usual ways: ``from composer.plan import Plan``, ``importlib.import_module("composer.plan")``.
-    """
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, package: types.ModuleType | None, owner: type | None = None) -> Any:
-        if package is None:
-            return self
-        return getattr(importlib.import_module(_MODULE_OF[self.name]), self.name)
-
-    def __set__(self, package: types.ModuleType, submodule: types.ModuleType) -> None:
-        pass  # the import system binding the submodule; sys.modules keeps it
-
-
-class _Package(types.ModuleType):
-    compose = _FunctionOverSubmodule()
-    plan = _FunctionOverSubmodule()
-
-
-sys.modules[__name__].__class__ = _Package

@@ -28,7 +28,7 @@ import torch.fx
 from composer.errors import ComposerError
 
 if TYPE_CHECKING:
-    from composer.compose import Composition
+    from composer.composition import Composition
 
 EXECUTOR = "AOTInductor .so, libtorch host"
 CUDA_BACKEND_ID = "CudaBackend"

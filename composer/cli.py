@@ -178,7 +178,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     eager = None
     if model is not None:
-        from composer.compose import export_model
+        from composer.composition import export_model
 
         eager = model if isinstance(model, torch.nn.Module) else export_model(model, None).module()
     if args.bench:
@@ -278,10 +278,9 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows
-    )
+    from tabulate import tabulate
+
+    return tabulate(rows[1:], headers=rows[0], tablefmt="plain", disable_numparse=True)
 
 
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:

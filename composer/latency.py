@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
+from tabulate import tabulate
 
 
 @attrs.frozen
@@ -253,7 +254,4 @@ def latency_table(rows: Sequence[ProgramLatency]) -> str:
             f"{eager / row.latency.median_us:.2f}x" if eager else "-",
             "-" if row.max_abs_error is None else f"{row.max_abs_error:.3g}",
         ))  # fmt: skip
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in table
-    )
+    return tabulate(table[1:], headers=table[0], tablefmt="plain", disable_numparse=True)

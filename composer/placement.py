@@ -307,7 +307,7 @@ class _Unit:
 
 def units(plan) -> list[_Unit]:
     """The partitions of ``plan``, then each node it leaves to portable kernels."""
-    from composer.plan import PORTABLE
+    from composer.plans import PORTABLE
 
     found = [_Unit(p.id, p.backend, frozenset(p.nodes)) for p in plan.partitions]
     found += [_Unit(n, PORTABLE, frozenset((n,))) for n in plan.nodes_on(PORTABLE)]
@@ -386,7 +386,7 @@ def partition_times(
 def _alternatives(unit: _Unit, others) -> tuple[Alternative, ...]:
     """Per other backend, the closest match for ``unit``'s nodes among the other candidates:
     a partition holding them all (fewest extra nodes first), or all of them on portable."""
-    from composer.plan import PORTABLE
+    from composer.plans import PORTABLE
 
     best: dict[str, Alternative] = {}
     for label, their_units, their_times in others:

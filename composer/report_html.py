@@ -7,7 +7,7 @@ from collections import Counter
 
 import attrs
 
-from composer.plan import PORTABLE, Partition, Plan
+from composer.plans import PORTABLE, Partition, Plan
 
 # Distinct hues, none of them red: red is reserved for device crossings.
 PALETTE = (
@@ -22,9 +22,9 @@ PALETTE = (
     "#44aa99",
     "#e377c2",
 )
-PORTABLE_COLOUR = "#9e9e9e"
+PORTABLE_COLOR = "#9e9e9e"
 DASH = "\u2013"  # an empty cell
-CROSSING_COLOUR = "#d62728"
+CROSSING_COLOR = "#d62728"
 
 # Geometry in SVG units; COLUMN - NODE_W - 2 * PAD is the gap between neighbouring boxes.
 COLUMN = 156
@@ -173,19 +173,19 @@ def _layout(plan: Plan) -> _Layout:
     return layout
 
 
-def _colours(lanes: list[str]) -> dict[str, str]:
+def _colors(lanes: list[str]) -> dict[str, str]:
     backends = [b for b in lanes if b != PORTABLE]
-    colours = {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(backends)}
-    colours[PORTABLE] = PORTABLE_COLOUR
-    return colours
+    colors = {b: PALETTE[i % len(PALETTE)] for i, b in enumerate(backends)}
+    colors[PORTABLE] = PORTABLE_COLOR
+    return colors
 
 
-def _text_colour(fill: str) -> str:
+def _text_color(fill: str) -> str:
     r, g, b = (int(fill[i : i + 2], 16) for i in (1, 3, 5))
     return "#111" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#fff"
 
 
-def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
+def _svg(plan: Plan, layout: _Layout, colors: dict[str, str]) -> str:
     partition_of = {n: p.id for p in plan.partitions for n in p.nodes}
     w, h = layout.width, layout.height
     header = (
@@ -193,10 +193,10 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
         f'viewBox="0 0 {w:.0f} {h:.0f}" font-family="system-ui, sans-serif" font-size="11">'
     )
     out = [header, "<defs>"]
-    for name, colour in (("arrow", "#777"), ("arrow-crossing", CROSSING_COLOUR)):
+    for name, color in (("arrow", "#777"), ("arrow-crossing", CROSSING_COLOR)):
         out.append(
             f'<marker id="{name}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
-            f'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{colour}"/>'
+            f'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{color}"/>'
             "</marker>"
         )
     out.append("</defs>")
@@ -211,21 +211,21 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
             f'<rect x="0" y="{lane.y:.0f}" width="{w:.0f}" height="{lane.height:.0f}" '
             f'fill="{band}"/>'
             f'<rect x="0" y="{lane.y:.0f}" width="6" height="{lane.height:.0f}" '
-            f'fill="{colours[lane.backend]}"/>'
+            f'fill="{colors[lane.backend]}"/>'
             f'<text x="14" y="{lane.y + 22:.0f}" font-size="13" font-weight="bold">'
             f"{_e(lane.backend)}{_e(stand_in)}</text>"
             f'<text x="14" y="{lane.y + 38:.0f}" fill="#555">'
             f"{_e(caption)}</text></g>"
         )
     for partition, x, y, bw, bh in layout.boxes:
-        colour = colours[partition.backend]
+        color = colors[partition.backend]
         out.append(
             f'<g class="partition" data-partition="{_e(partition.id)}">'
             f"<title>{_e(partition.id)} on {_e(partition.device)}: "
             f"{len(partition.nodes)} nodes{_e(_traced(plan, partition.nodes[0]))}</title>"
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{bw:.0f}" height="{bh:.0f}" rx="8" '
-            f'fill="{colour}" fill-opacity="0.12" stroke="{colour}" stroke-width="1.5"/>'
-            f'<text x="{x + 6:.0f}" y="{y + 14:.0f}" font-weight="bold" fill="{colour}">'
+            f'fill="{color}" fill-opacity="0.12" stroke="{color}" stroke-width="1.5"/>'
+            f'<text x="{x + 6:.0f}" y="{y + 14:.0f}" font-weight="bold" fill="{color}">'
             f"{_e(partition.id)}</text></g>"
         )
     for a, b in plan.edges:
@@ -236,7 +236,7 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
         bend = max(30.0, (x2 - x1) / 2)
         crossing = plan.device_of(a) != plan.device_of(b)
         style = (
-            f'class="edge crossing" stroke="{CROSSING_COLOUR}" stroke-width="1.8" '
+            f'class="edge crossing" stroke="{CROSSING_COLOR}" stroke-width="1.8" '
             'stroke-dasharray="5 3" marker-end="url(#arrow-crossing)"'
             if crossing
             else 'class="edge" stroke="#777" stroke-opacity="0.8" marker-end="url(#arrow)"'
@@ -256,9 +256,9 @@ def _svg(plan: Plan, layout: _Layout, colours: dict[str, str]) -> str:
             f'data-backend="{_e(backend)}"><title>{_e(node)}\n{_e(op)} on {_e(where)} '
             f"({_e(plan.device_of(node))}){_e(_traced(plan, node))}</title>"
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{NODE_W}" height="{NODE_H}" rx="4" '
-            f'fill="{colours.get(backend, PORTABLE_COLOUR)}"/>'
+            f'fill="{colors.get(backend, PORTABLE_COLOR)}"/>'
             f'<text x="{x + NODE_W / 2:.0f}" y="{y + NODE_H / 2 + 4:.0f}" text-anchor="middle" '
-            f'fill="{_text_colour(colours.get(backend, PORTABLE_COLOUR))}">'
+            f'fill="{_text_color(colors.get(backend, PORTABLE_COLOR))}">'
             f"{_e(_node_label(op))}</text></g>"
         )
     out.append("</svg>")
@@ -341,13 +341,13 @@ def _op_summary(ops: Counter[str]) -> str:
     return ", ".join(f"{_short_op(op)} \u00d7{n}" for op, n in ops.most_common()) or "\u2013"
 
 
-def _tables(plan: Plan, lanes: list[str], colours: dict[str, str]) -> str:
+def _tables(plan: Plan, lanes: list[str], colors: dict[str, str]) -> str:
     rows = []
     for backend in lanes:
         partitions = "\u2013" if backend == PORTABLE else len(plan.partitions_of(backend))
         rows.append(
             f'<tr data-backend="{_e(backend)}"><td><span class="swatch" '
-            f'style="background:{colours[backend]}"></span>{_e(backend)}</td>'
+            f'style="background:{colors[backend]}"></span>{_e(backend)}</td>'
             f"<td>{_e(plan.device_of_backend(backend) or '')}</td>"
             f"<td>{len(plan.nodes_on(backend))}</td><td>{partitions}</td>"
             f"<td>{_e(_op_summary(plan.ops_on(backend)))}</td></tr>"
@@ -378,14 +378,14 @@ def _tables(plan: Plan, lanes: list[str], colours: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
-def _legend(plan: Plan, lanes: list[str], colours: dict[str, str]) -> str:
+def _legend(plan: Plan, lanes: list[str], colors: dict[str, str]) -> str:
     items = [
-        f'<li data-backend="{_e(b)}"><span class="swatch" style="background:{colours[b]}">'
+        f'<li data-backend="{_e(b)}"><span class="swatch" style="background:{colors[b]}">'
         f"</span>{_e(b)}{' (stand-in)' if b in plan.stand_ins else ''}</li>"
         for b in lanes
     ]
     items.append(
-        f'<li><span class="dash" style="border-color:{CROSSING_COLOUR}"></span>'
+        f'<li><span class="dash" style="border-color:{CROSSING_COLOR}"></span>'
         "edge between devices</li>"
     )
     return f'<ul class="legend">{"".join(items)}</ul>'
@@ -425,7 +425,7 @@ def render_html(plan: Plan, title: str = "composer plan") -> str:
     """A complete, offline HTML page picturing ``plan``: the graph by backend, partitions,
     device crossings, per-backend summary and fallbacks, and how a measured placement chose."""
     lanes = _lanes(plan)
-    colours = _colours(lanes)
+    colors = _colors(lanes)
     layout = _layout(plan)
     return "\n".join(
         [
@@ -443,13 +443,13 @@ def render_html(plan: Plan, title: str = "composer plan") -> str:
                 f"<b>{plan.duplicated_constant_bytes:,}</b></span>"
                 f"<span>nodes <b>{len(plan.node_backends)}</b></span></p>"
             ),
-            _legend(plan, lanes, colours),
-            f'<div class="graph">{_svg(plan, layout, colours)}</div>',
+            _legend(plan, lanes, colors),
+            f'<div class="graph">{_svg(plan, layout, colors)}</div>',
             (
                 '<p class="note">Hover a node for its full name. Red dashed edges cross devices; '
                 "the device-crossing total also counts graph inputs and outputs.</p>"
             ),
-            _tables(plan, lanes, colours),
+            _tables(plan, lanes, colors),
             _measured(plan),
             "</body></html>",
         ]

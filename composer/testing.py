@@ -23,7 +23,7 @@ import attrs
 import pytest
 
 if TYPE_CHECKING:
-    from composer.plan import Plan
+    from composer.plans import Plan
 
 # pytest loads this plugin in every run wherever composer is installed: composer's own modules
 # (and through them torch and ExecuTorch) are imported inside the functions that use them.
@@ -51,7 +51,7 @@ def golden_summary(plan: Plan) -> dict[str, Any]:
     Node names are left out on purpose: they change with torch versions while the
     composition does not.
     """
-    from composer.plan import PORTABLE
+    from composer.plans import PORTABLE
 
     return {
         "backends": list(plan.backends),
@@ -136,7 +136,7 @@ def check_convex(plan: Plan, lowered: Any) -> None:
 
 def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str, Any]):
     """The program ``composer.plan`` lowers to stand-ins (it returns only the plan)."""
-    from composer.compose import export_model
+    from composer.composition import export_model
     from composer.registry import default_registry
     from composer.scheduler.stack import lower_stack
     from composer.stack import Stack

@@ -19,7 +19,7 @@ import torch
 from composer.backend_spec import Tolerance
 
 if TYPE_CHECKING:
-    from composer.compose import Composition
+    from composer.composition import Composition
 
 RUNTIME = "executorch runtime"
 REFERENCE = "python reference"

@@ -15,7 +15,7 @@ from PIL import Image, ImageColor
 
 import composer
 from composer import zoo
-from composer.plan import PORTABLE
+from composer.plans import PORTABLE
 from composer.report_html import render_html
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -105,7 +105,7 @@ def test_page_shows_every_node_partition_backend_and_fallback(rendered):
     fills = {
         b: {rect_of_fill(nodes[n]) for n in plan.nodes_on(b)} for b in plan.node_backends.values()
     }
-    assert all(len(f) == 1 for f in fills.values()), "one colour per backend"
+    assert all(len(f) == 1 for f in fills.values()), "one color per backend"
     assert len({next(iter(f)) for f in fills.values()}) == len(fills), "backends told apart"
 
     boxes = {
@@ -152,7 +152,7 @@ def test_page_shows_every_node_partition_backend_and_fallback(rendered):
 
 
 # Only the graph, at the page's top left, unclipped: then an SVG unit is a screen pixel, and
-# the legend and tables, which use the same colours, cannot stand in for the nodes.
+# the legend and tables, which use the same colors, cannot stand in for the nodes.
 GRAPH_ONLY = (
     "<style>body { margin: 0 } body > :not(.graph) { display: none }"
     " .graph { border: 0; max-height: none; overflow: visible }</style>"
@@ -190,17 +190,17 @@ def screenshot(page: str, width: int, height: int, tmp_path) -> Image.Image:
     return Image.open(shot).convert("RGB")
 
 
-def share_of(image: Image.Image, box: tuple[float, ...], colour: str) -> float:
-    """The share of the pixels inside ``box`` that have ``colour`` (#rrggbb)."""
+def share_of(image: Image.Image, box: tuple[float, ...], color: str) -> float:
+    """The share of the pixels inside ``box`` that have ``color`` (#rrggbb)."""
     x0, y0, x1, y1 = (round(v) for v in box)
     # One pixel in from the edges: rounded corners and anti-aliasing blend there.
     region = image.crop((x0 + 1, y0 + 1, x1 - 1, y1 - 1))
-    want = ImageColor.getrgb(colour)
+    want = ImageColor.getrgb(color)
     counts = {c: n for n, c in region.getcolors(region.width * region.height)}
     return counts.get(want, 0) / (region.width * region.height)
 
 
-def test_screenshot_shows_every_node_box_in_its_backends_colour(rendered, tmp_path):
+def test_screenshot_shows_every_node_box_in_its_backends_color(rendered, tmp_path):
     _, plan, page = rendered
     root = svg_root(page)
     width = min(int(float(root.get("width"))), 9000)

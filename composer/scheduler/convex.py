@@ -15,7 +15,7 @@ nodes grouped by level. Then:
   left; the result keeps the two properties above but is not proven minimal.
 
 Levels start as soon as possible; a backward pass then moves a node up into its consumers'
-stage where that stage already holds its colour (a weight's transpose joins the matmul that
+stage where that stage already holds its color (a weight's transpose joins the matmul that
 reads it), which keeps every property above and never adds a partition.
 
 A partition may hold several unconnected pieces (as ``torch.fx``'s
@@ -59,7 +59,7 @@ def _levels(graph: _Graph, colors: list[Hashable | None]) -> list[int]:
     for i, preds in enumerate(graph.preds):
         level = 0
         for p in preds:
-            # Leaving a coloured node for one of another colour (or none) starts a new stage.
+            # Leaving a colored node for one of another color (or none) starts a new stage.
             level = max(level, levels[p] + _step(colors, p, i))
         levels[i] = level
     return levels
@@ -70,7 +70,7 @@ def _step(colors: list[Hashable | None], source: int, target: int) -> int:
 
 
 def _join_consumers(graph: _Graph, colors: list[Hashable | None], levels: list[int]) -> None:
-    """Move a node up to its consumers' stage when that stage already has its colour.
+    """Move a node up to its consumers' stage when that stage already has its color.
 
     Stages as soon as possible put a node that only reads constants (a weight's permute) in
     the first stage, away from the op that uses it. Any assignment that keeps the level rules
@@ -147,12 +147,12 @@ def partition_by_color(
     color_of: Callable[[torch.fx.Node], Hashable | None],
     min_size: int = 1,
 ) -> list[tuple[Hashable, list[torch.fx.Node]]]:
-    """Split nodes of each colour (``None``: no colour) into convex, mutually acyclic parts.
+    """Split nodes of each color (``None``: no color) into convex, mutually acyclic parts.
 
-    With one colour this is :func:`partition_convex`. With several (the tags another
-    partitioner chose), every part keeps one colour, every part is convex, and collapsing
-    all parts of all colours leaves the graph acyclic: the same stage argument, with a new
-    stage on every edge out of a coloured node into a node of another colour.
+    With one color this is :func:`partition_convex`. With several (the tags another
+    partitioner chose), every part keeps one color, every part is convex, and collapsing
+    all parts of all colors leaves the graph acyclic: the same stage argument, with a new
+    stage on every edge out of a colored node into a node of another color.
     """
     compute = _Graph(graph)
     colors: list[Hashable | None] = [None] * len(compute.nodes)

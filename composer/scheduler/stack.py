@@ -15,7 +15,7 @@ from torch.export import ExportedProgram
 
 from composer.errors import ComposerError, ComposerWarning, PartitionError, PluginError
 from composer.op_names import op_name
-from composer.plan import PORTABLE, Fallback, Partition, Plan
+from composer.plans import PORTABLE, Fallback, Partition, Plan
 from composer.registry import Backend, Registry
 from composer.scheduler.assign import Assignment, assign, warn_about_pins_naming_no_op
 from composer.scheduler.guards import foreign_delegate_nodes

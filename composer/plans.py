@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import attrs
+from tabulate import tabulate
 
 from composer.backend_spec import Tolerance
 
@@ -196,13 +197,9 @@ class Plan:
                     top + (f", +{more} more" if more > 0 else ""),
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(3)]
-        lines = [
-            (
-                "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3]
-            ).rstrip()
-            for row in rows
-        ]
+        lines = tabulate(
+            rows[1:], headers=rows[0], tablefmt="plain", disable_numparse=True
+        ).splitlines()
         lines.append(
             f"delegate calls: {self.delegate_calls}   device crossings: {self.crossings}   "
             f"duplicated constant bytes: {self.duplicated_constant_bytes}"

@@ -17,7 +17,7 @@ from torch.export import ExportedProgram
 from composer.atomic import write_all
 from composer.cache import DamagedEntryWarning, Store, cache_dir, cache_enabled
 from composer.errors import BackendListError, ComposerError, ComposerWarning, ModelError
-from composer.plan import Plan
+from composer.plans import Plan
 from composer.registry import Registry, default_registry
 from composer.runtime import program_backend_ids, registered_backends
 from composer.stack import Stack
