@@ -106,13 +106,11 @@ def plan(
     stack = stack.with_defaults(resolved)
     wanted = cache and not given_registry
     # A composed program's entry holds its plan too: planning after composing costs nothing.
-    caches = [
-        c for c in (_program_cache(k, wanted, resolved, stack, registry) for k in PLAN_SOURCES) if c
-    ]
-    stored = next(filter(None, (c.by_module(model, example_inputs) for c in caches)), None)
+    cached = _program_cache(PLAN_SOURCES, wanted, resolved, stack, registry)
+    stored = cached.by_module(model, example_inputs) if cached else None
     if stored is None:
         program = export_model(model, example_inputs)
-        stored = next(filter(None, (c.by_program(program) for c in caches)), None)
+        stored = cached.by_program(program) if cached else None
     if stored is None:
         from composer.scheduler.stack import lower_stack
 
@@ -121,8 +119,8 @@ def plan(
         with _composer_warnings() as said:
             _edge, result = lower_stack(program, resolved, registry, all_stand_ins, stack, progress)
         result = _with_backend_facts(result, resolved)
-        if caches:
-            caches[0].save({"plan": result, "warnings": said})
+        if cached:
+            cached.save({"plan": result, "warnings": said})
     else:
         if progress is not None:
             progress(f"reused the plan from the cache ({cache_dir()})")
@@ -134,7 +132,7 @@ def plan(
 PLAN_SOURCES = ("plan", "program")  # where a plan may be found, in order
 
 
-def _program_cache(kind: str, wanted: bool, resolved, stack: Stack, registry: Registry):
+def _program_cache(kinds: tuple[str, ...], wanted, resolved, stack: Stack, registry: Registry):
     """The cache of whole results for this stack, if caching is on and the stack digestible.
 
     Not with an explicit registry: it may hold plugin objects whose state no digest sees,
@@ -143,7 +141,7 @@ def _program_cache(kind: str, wanted: bool, resolved, stack: Stack, registry: Re
         return None
     from composer.program_cache import ProgramCache
 
-    return ProgramCache.open(cache_dir(), kind, resolved, stack, registry)
+    return ProgramCache.open(cache_dir(), kinds, resolved, stack, registry)
 
 
 def _measured(model, stack: Stack, example_inputs, progress, cache: bool, registry) -> Composition:
@@ -218,7 +216,7 @@ def compose(
     workers = _jobs(jobs)
     stack = stack.with_defaults(resolved)
     folder = cache_dir() if cache else None
-    cached = _program_cache("program", cache and not given_registry, resolved, stack, registry)
+    cached = _program_cache(("program",), cache and not given_registry, resolved, stack, registry)
     exported: list[ExportedProgram] = []
 
     def program() -> ExportedProgram:

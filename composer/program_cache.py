@@ -31,16 +31,20 @@ from composer.stack import Stack
 
 @attrs.define
 class ProgramCache:
-    """The entries of one kind (``"program"`` or ``"plan"``) for one stack."""
+    """The entries for one stack, looked for in the kinds given (``"plan"``, ``"program"``)
+    in order; results are saved to the first. Each digest is taken once per lookup."""
 
-    store: Store
+    stores: tuple[Store, ...]
     modules: Store
     stack: str  # digest of the stack: backends, their plugins' code, settings
-    program_key: str | None = None
-    module_key: str | None = None
+    program_digest: str | None = None
+    module_digest: str | None = None
+    found: Store | None = None  # where the last hit came from
 
     @classmethod
-    def open(cls, folder: Path, kind: str, resolved, stack: Stack, registry) -> ProgramCache | None:
+    def open(
+        cls, folder: Path, kinds: tuple[str, ...], resolved, stack: Stack, registry
+    ) -> ProgramCache | None:
         """None when something in the stack cannot be digested. Whether each backend can
         lower here is part of the key: a plugin that refuses to plan without its library
         must not be answered with a plan made while it had it."""
@@ -52,14 +56,11 @@ class ProgramCache:
             ]
         except Unfingerprintable:
             return None
-        stack = digest(
-            kind,
-            versions(),
-            *backends,
-            repr(stack.settings()),
-            repr(stack.consolidates),
-        )
-        return cls(Store(folder, kind), Store(folder, "module"), stack)
+        key = digest(versions(), *backends, repr(stack.settings()), repr(stack.consolidates))
+        return cls(tuple(Store(folder, kind) for kind in kinds), Store(folder, "module"), key)
+
+    def _key(self, store: Store, content: str) -> str:
+        return digest(store.kind, self.stack, content)
 
     def by_module(self, model: Any, example_inputs: tuple | None) -> Any | None:
         """The stored result for an ``nn.Module`` seen before, found without exporting it."""
@@ -69,32 +70,44 @@ class ProgramCache:
         if found is None:
             return None
         # What torch.export makes of the module depends on the grad mode too.
-        self.module_key = digest(self.stack, found, str(torch.is_grad_enabled()))
-        pointer = self.modules.get(self.module_key)
-        if pointer is None:
-            return None
-        self.program_key = pointer.decode()
-        return self.store.load(self.program_key)
+        self.module_digest = digest(found, str(torch.is_grad_enabled()))
+        for store in self.stores:
+            pointer = self.modules.get(self._key(store, self.module_digest))
+            value = None if pointer is None else store.load(pointer.decode())
+            if value is not None:
+                self.found = store
+                return value
+        return None
 
     def by_program(self, program: torch.export.ExportedProgram) -> Any | None:
         """The stored result for ``program``; an entry for the module is added on a hit."""
         try:
-            self.program_key = digest(self.stack, program_digest(program))
+            self.program_digest = program_digest(program)
         except Unfingerprintable:
-            self.program_key = None
+            self.program_digest = None
             return None
-        value = self.store.load(self.program_key)
-        if value is not None:
-            self._point_module()
-        return value
+        for store in self.stores:
+            value = store.load(self._key(store, self.program_digest))
+            if value is not None:
+                self.found = store
+                self._point_module(store)
+                return value
+        return None
 
     def save(self, value: Any) -> None:
-        if self.program_key is None:
+        if self.program_digest is None:
             return
-        self.store.put(self.program_key, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-        self._point_module()
-        self.store.evict()
+        store = self.stores[0]
+        store.put(
+            self._key(store, self.program_digest),
+            pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL),
+        )
+        self._point_module(store)
+        store.evict()
 
-    def _point_module(self) -> None:
-        if self.module_key is not None and self.program_key is not None:
-            self.modules.put(self.module_key, self.program_key.encode())
+    def _point_module(self, store: Store) -> None:
+        if self.module_digest is not None and self.program_digest is not None:
+            self.modules.put(
+                self._key(store, self.module_digest),
+                self._key(store, self.program_digest).encode(),
+            )
