@@ -5,8 +5,10 @@ code ``CudaBackend`` compiled. Each delegate's ``.so`` leaves its ``aoti_torch_*
 its host; libtorch provides them, and ``torch._C._aoti.AOTIModelContainerRunnerCuda`` loads
 it. Its weights are bound from the ``.ptd`` through the delegate's manifest, a private
 ExecuTorch format (``ETCUDAFQN3``, written by ``backends/cuda/cuda_weight_collector.py``)
-that this module pins: a change raises :class:`ManifestFormatError`. Everything outside the
-CUDA delegates runs as in ``Composition.reference``.
+that this module pins: a change raises :class:`ManifestFormatError`. A delegate of a backend
+the pip runtime has (XNNPACK, OpenVINO) runs its own compiled code too, as a program of that
+one delegate in the runtime; what is outside the delegates runs as in
+``Composition.reference``, in Python.
 """
 
 from __future__ import annotations
@@ -283,6 +285,25 @@ class CompiledCudaDelegate(torch.nn.Module):
         return outputs[0] if self.single_output else outputs
 
 
+class RuntimeDelegate(torch.nn.Module):
+    """One delegate of a backend the ExecuTorch pip runtime has, run there as a program of
+    its own (``LoweredBackendModule.buffer()``): its backend's compiled code, not its subgraph
+    in Python. Inputs go to the CPU; outputs come back to ``host``."""
+
+    def __init__(self, lowered, host: str, single_output: bool) -> None:
+        from composer.runtime import LoadedProgram
+
+        super().__init__()
+        self.host, self.single_output = host, single_output
+        self.program = LoadedProgram(lowered.buffer())
+        self._execute = self.program.method.execute
+
+    def forward(self, *inputs: torch.Tensor):
+        outputs = self._execute([t.cpu() for t in inputs])
+        outputs = tuple(t if self.host == "cpu" else t.to(self.host) for t in outputs)
+        return outputs[0] if self.single_output else outputs
+
+
 def _is_delegate_call(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and "executorch_call_delegate" in str(node.target)
 
@@ -327,17 +348,23 @@ def reference_on(composition: Composition, device: str) -> torch.fx.GraphModule:
 def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphModule:
     """The composed program with each CudaBackend delegate run as its compiled .so.
 
-    Every other delegate runs the subgraph it was made from, as in the Python reference, and
-    the rest of the program runs on ``host``: "cpu" (as the .pte does, with copies to and from
-    the GPU around each CUDA delegate; inputs and outputs on the CPU) or "cuda" (all on the
-    GPU; inputs and outputs there). Raises ComposerError where host_unavailable_reason() says
-    why it cannot run.
+    A delegate of a backend the pip runtime has runs there (:class:`RuntimeDelegate`); any
+    other runs the subgraph it was made from, as in the Python reference. The rest of the
+    program runs on ``host``: "cpu" (as the .pte does, with copies to and from the GPU around
+    each CUDA delegate; inputs and outputs on the CPU) or "cuda" (all on the GPU; inputs and
+    outputs there). Raises ComposerError where host_unavailable_reason() says why the GPU
+    part cannot run; a program without CUDA delegates runs on a CPU host anywhere.
     """
-    reason = host_unavailable_reason()
-    if reason is not None:
-        raise ComposerError(f"cannot run the compiled CUDA delegates here: {reason}.")
+    from composer.runtime import program_backend_ids, registered_backends
+
     if host not in ("cpu", "cuda"):
         raise ComposerError(f"host must be 'cpu' or 'cuda', not {host!r}.")
+    reason = host_unavailable_reason()
+    if reason is not None and (
+        host == "cuda" or CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
+    ):
+        raise ComposerError(f"cannot run the compiled CUDA delegates here: {reason}.")
+    in_runtime = registered_backends()
     module = (
         reference_on(composition, "cuda")
         if host == "cuda"
@@ -350,11 +377,14 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
             continue
         lowered_node = node.args[0]
         lowered = getattr(module, lowered_node.target)
+        single = any(user.target is not operator.getitem for user in node.users)
         if lowered.backend_id == CUDA_BACKEND_ID:
-            single = any(user.target is not operator.getitem for user in node.users)
             manifest = parse_manifest(lowered.processed_bytes)
             name = f"{lowered_node.target}_compiled"
             replacement = CompiledCudaDelegate(manifest, data, host, single)
+        elif lowered.backend_id in in_runtime:
+            name = f"{lowered_node.target}_in_runtime"
+            replacement = RuntimeDelegate(lowered, host, single)
         else:
             # What executorch_call_delegate runs in Python, unlifted once instead of per call.
             name = f"{lowered_node.target}_subgraph"

@@ -72,8 +72,9 @@ def _executor(composition: Composition):
     if aoti_host.CUDA_BACKEND_ID in composition.delegate_backend_ids():
         unavailable = aoti_host.host_unavailable_reason()
         if unavailable is None:
-            why = (f"{reason}: CudaBackend delegates ran as their compiled .so, the other "
-                   "delegates as their subgraphs")  # fmt: skip
+            why = (f"{reason}: CudaBackend delegates ran as their compiled .so, those of "
+                   "backends the runtime has as programs of their own there, any other as "
+                   "its subgraph")  # fmt: skip
             # A fresh module per run: it holds the loaded .so and its own buffer state.
             return (
                 aoti_host.EXECUTOR,

@@ -197,7 +197,22 @@ def test_without_a_gpu_hosting_says_why():
     model, inputs = zoo.load("mlp")
     composition = composer.compose(model, ["xnnpack"], inputs)
     with pytest.raises(ComposerError, match="cannot run the compiled CUDA delegates here"):
-        aoti_host.aoti_hosted(composition)
+        aoti_host.aoti_hosted(composition, host="cuda")
+
+
+@pytest.mark.parametrize("model_name", ["cumsum_mlp", "transformer_block"])
+def test_delegates_of_backends_the_runtime_has_run_there(model_name):
+    """The executor behind a CUDA program's verify and timing, on a CPU: every XNNPACK and
+    OpenVINO delegate runs as a program of its own in the ExecuTorch runtime."""
+    model, inputs = zoo.load(model_name)
+    composition = composer.compose(model, ["xnnpack", "openvino"], inputs)
+    hosted = aoti_host.aoti_hosted(composition)
+    in_runtime = [m for m in hosted.modules() if isinstance(m, aoti_host.RuntimeDelegate)]
+    assert len(in_runtime) == composition.plan.delegate_calls > 1
+    assert not [n for n in hosted.graph.nodes if aoti_host._is_delegate_call(n)]
+    with torch.no_grad():
+        ok, worst = compare(flatten_tensors(hosted(*inputs)), model(*inputs))
+    assert ok, f"max |hosted - eager| = {worst}"
 
 
 # ---- on a GPU ------------------------------------------------------------------------------
@@ -230,6 +245,8 @@ def test_compiled_delegates_match_eager(model_name, stack, host):
     hosted = aoti_host.aoti_hosted(composition, host=host)
     compiled = [m for m in hosted.modules() if isinstance(m, aoti_host.CompiledCudaDelegate)]
     assert len(compiled) == len(composition.plan.partitions_of("cuda")) > 0
+    in_runtime = [m for m in hosted.modules() if isinstance(m, aoti_host.RuntimeDelegate)]
+    assert len(in_runtime) == len(composition.plan.partitions_of("xnnpack"))
     assert not [n for n in hosted.graph.nodes if aoti_host._is_delegate_call(n)]
     inputs = composition.example_inputs
     with torch.no_grad():
