@@ -400,3 +400,43 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
             delattr(module, lowered_node.target)
     module.recompile()
     return module
+
+
+class HostedProgram:
+    """A composed program with CUDA delegates, run through :func:`aoti_hosted` on a CPU host,
+    with the calls :class:`composer.runtime.LoadedProgram` offers: ``run`` and
+    ``timed_call``. Its outputs come back to the CPU, so a timed call includes the GPU's
+    work."""
+
+    def __init__(self, composition: Composition) -> None:
+        self.module = aoti_hosted(composition)
+
+    def run(self, inputs) -> list:
+        from composer.verification import flatten_tensors
+
+        with torch.no_grad():
+            return flatten_tensors(self.module(*inputs))
+
+    def timed_call(self, inputs):
+        module, arguments = self.module, tuple(inputs)
+
+        def call():
+            with torch.no_grad():
+                return module(*arguments)
+
+        return call
+
+
+def program_runner(composition: Composition, hosted: bool):
+    """What runs ``composition`` here for timing: the ExecuTorch runtime (a ``LoadedProgram``),
+    or, with ``hosted`` (a stack with CUDA in it, on a GPU), a :class:`HostedProgram`, so that
+    every candidate of one comparison runs the same way. Raises ComposerError saying why it
+    cannot run here."""
+    from composer.runtime import LoadedProgram
+
+    if hosted:
+        return HostedProgram(composition)
+    runnable, why = composition.runtime_can_run()
+    if not runnable:
+        raise ComposerError(f"not runnable here: {why}")
+    return LoadedProgram(composition.buffer)

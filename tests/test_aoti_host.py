@@ -23,6 +23,7 @@ import composer
 from composer import aoti_host, zoo
 from composer.aoti_host import ManifestFormatError, parse_manifest
 from composer.errors import ComposerError
+from composer.runtime import LoadedProgram
 from composer.verification import compare, flatten_tensors
 
 FIXTURE = Path(__file__).parent / "data" / "aoti"
@@ -213,6 +214,21 @@ def test_delegates_of_backends_the_runtime_has_run_there(model_name):
     with torch.no_grad():
         ok, worst = compare(flatten_tensors(hosted(*inputs)), model(*inputs))
     assert ok, f"max |hosted - eager| = {worst}"
+
+
+def test_a_hosted_program_offers_what_a_loaded_one_does():
+    """How measured placement times every candidate of a stack with CUDA in it."""
+    model, inputs = zoo.load("cumsum_mlp")
+    composition = composer.compose(model, ["xnnpack"], inputs)
+    hosted = aoti_host.program_runner(composition, hosted=True)
+    loaded = aoti_host.program_runner(composition, hosted=False)
+    assert isinstance(hosted, aoti_host.HostedProgram)
+    assert isinstance(loaded, LoadedProgram)
+    ok, worst = compare(hosted.run(inputs), loaded.run(inputs))
+    assert ok, worst
+    timed = hosted.timed_call(inputs)
+    ok, worst = compare(flatten_tensors(timed()), model(*inputs))
+    assert ok, worst
 
 
 # ---- on a GPU ------------------------------------------------------------------------------
