@@ -438,5 +438,5 @@ def program_runner(composition: Composition, hosted: bool):
         return HostedProgram(composition)
     runnable, why = composition.runtime_can_run()
     if not runnable:
-        raise ComposerError(f"not runnable here: {why}")
+        raise ComposerError(why)
     return LoadedProgram(composition.buffer)

@@ -146,12 +146,19 @@ def _program_cache(kinds: tuple[str, ...], wanted, resolved, stack: Stack, regis
 
 def _measured(model, stack: Stack, example_inputs, progress, cache: bool, registry) -> Composition:
     """Compose with the fastest candidate placement, measured here (composer.placement)."""
+    from composer import aoti_host
     from composer import placement as measured
 
     registry = registry or default_registry()
+    resolved = registry.resolve(stack.backends)
     # The checks every candidate's compose makes, once and before any work.
-    stack.with_defaults(registry.resolve(stack.backends))
+    stack.with_defaults(resolved)
     program = export_model(model, example_inputs)
+    # With CUDA in the stack, on a GPU, every candidate runs hosted: one way of running
+    # for all, or the comparison would measure the executors.
+    hosted = aoti_host.host_unavailable_reason() is None and any(
+        b.spec.backend_id == aoti_host.CUDA_BACKEND_ID for b in resolved
+    )
 
     def compose_candidate(candidate):
         only = stack.only(candidate.backends, candidate.placement)
@@ -165,6 +172,7 @@ def _measured(model, stack: Stack, example_inputs, progress, cache: bool, regist
         budget_s=stack.tune_budget,
         progress=progress,
         cache_dir=cache_dir() if cache else None,
+        hosted=hosted,
     )
     composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
     composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())

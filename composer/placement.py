@@ -189,11 +189,13 @@ def measure(
     budget_s: float | None = None,
     progress: Callable[[str], None] | None = None,
     cache_dir: Path | None = None,
+    hosted: bool = False,
 ) -> tuple[Choice, dict[Candidate, Any]]:
     """Compose and time every candidate (cached by ``key``); returns the choice and the
-    compositions it made (none when the cache answered)."""
+    compositions it made (none when the cache answered). ``hosted``: run every candidate
+    through ``aoti_host`` (a stack with CUDA in it, on a GPU) instead of the runtime."""
+    from composer.aoti_host import program_runner
     from composer.errors import ComposerError
-    from composer.runtime import LoadedProgram
 
     cached = _read_cache(cache_dir, key)
     if cached is not None:
@@ -221,16 +223,12 @@ def measure(
             notes[candidate] = f"not composed: {_first_line(error)}"
             continue
         composed[candidate] = composition
-        runnable, why = composition.runtime_can_run()
-        if not runnable:
-            notes[candidate] = f"not timed: {why}"
-            continue
         # Candidates that lower to the same bytes are one program: timed once, so that noise
         # cannot rank a program against itself.
         digest = hashlib.sha256(composition.buffer).hexdigest()
         if digest not in loaded:
             try:
-                program = LoadedProgram(composition.buffer)
+                program = program_runner(composition, hosted)
                 program.run(inputs)  # checks the inputs once, outside the timing
             except ComposerError as error:
                 notes[candidate] = f"not timed: {_first_line(error)}"
@@ -261,8 +259,8 @@ def measure(
     for candidate in [chosen, *(c for c in composed if c != chosen)]:
         digest = same.get(candidate)
         over = budget_s is not None and time.perf_counter() - started > budget_s
-        if digest is None or digest in traces or (over and candidate != chosen):
-            continue
+        if hosted or digest is None or digest in traces or (over and candidate != chosen):
+            continue  # ETDump traces what the runtime runs
         if progress is not None:
             progress(f"placement: tracing {candidate.label}, {TRACE_RUNS} runs (ETDump)")
         traces[digest] = trace(composed[candidate].buffer, inputs, TRACE_RUNS)
