@@ -75,12 +75,12 @@ def _executor(composition: Composition):
             why = (f"{reason}: CudaBackend delegates ran as their compiled .so, those of "
                    "backends the runtime has as programs of their own there, any other as "
                    "its subgraph")  # fmt: skip
-            # A fresh module per run: it holds the loaded .so and its own buffer state.
-            return (
-                aoti_host.EXECUTOR,
-                why,
-                lambda inputs: aoti_host.aoti_hosted(composition)(*inputs),
-            )
+            # A fresh module per verify: it holds the loaded .so and its own buffer state.
+            module = aoti_host.aoti_hosted(composition)
+            in_python = module.meta["in_python"]
+            if in_python:
+                why += f" ({len(in_python)} ran as subgraphs: {in_python[0][1]})"
+            return aoti_host.EXECUTOR, why, lambda inputs: module(*inputs)
         reason = f"{reason}, and the CUDA delegates' .so cannot run here: {unavailable}"
     return REFERENCE, reason, lambda inputs: copy.deepcopy(composition.reference)(*inputs)
 
