@@ -262,7 +262,9 @@ def test_compiled_delegates_match_eager(model_name, stack, host):
     compiled = [m for m in hosted.modules() if isinstance(m, aoti_host.CompiledCudaDelegate)]
     assert len(compiled) == len(composition.plan.partitions_of("cuda")) > 0
     in_runtime = [m for m in hosted.modules() if isinstance(m, aoti_host.RuntimeDelegate)]
-    assert len(in_runtime) == len(composition.plan.partitions_of("xnnpack"))
+    in_python = hosted.meta["in_python"]
+    assert len(in_runtime) + len(in_python) == len(composition.plan.partitions_of("xnnpack"))
+    assert all("the runtime refused it alone" in why for _delegate, why in in_python)
     assert not [n for n in hosted.graph.nodes if aoti_host._is_delegate_call(n)]
     inputs = composition.example_inputs
     with torch.no_grad():
@@ -274,6 +276,19 @@ def test_compiled_delegates_match_eager(model_name, stack, host):
     assert aoti_host.weights_check(composition.buffer, composition.data_files) == [
         [] for _ in compiled
     ]
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.xfail(
+    strict=False,
+    reason="on the H100 machine (torch 2.11+cu130) the runtime refuses an XNNPACK delegate's "
+    "program of its own (XNNCompiler: invalid_parameter) though a plain script there loads it",
+)
+def test_xnnpack_delegates_run_in_the_runtime_on_the_gpu_machine():
+    composition = _composed("transformer_block", ("xnnpack", "cuda"))
+    hosted = aoti_host.aoti_hosted(composition)
+    assert hosted.meta["in_python"] == []
 
 
 @pytest.mark.gpu
