@@ -36,3 +36,19 @@ class OpenvinoSupport(OperatorSupportBase):
 
     def reason_unsupported(self, node: torch.fx.Node) -> str | None:
         return "not in OpenVINO's table of supported ops"
+
+
+def takes_op(op: torch._ops.OpOverload) -> bool:
+    """Whether ExecuTorch's OpenVINO support check takes a call of the ATen op ``op``.
+
+    The check runs on the edge program, so it is asked about ``op``'s edge form (whose
+    ``__name__`` is what it looks up in OpenVINO's table). It looks at the op alone, never
+    at the arguments, so asking it about one call node answers for every call of ``op``.
+    """
+    from executorch.backends.openvino.partitioner import OpenvinoOperatorsSupport
+    from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+
+    graph = torch.fx.Graph()
+    node = graph.call_function(aten_to_edge(op), ())
+    with contextlib.redirect_stdout(io.StringIO()):
+        return bool(OpenvinoOperatorsSupport().is_node_supported({}, node))
