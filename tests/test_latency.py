@@ -150,3 +150,14 @@ def test_real_sleeps_with_a_burst_rank_correctly():
     assert ranking(timed) == ["fast", "slow"]
     assert timed["fast"].median_us > 1000
     assert time.perf_counter() - started < 3
+
+
+def test_the_table_shows_the_fastest_call_and_compares_by_it():
+    from composer.latency import ProgramLatency, latency_table
+
+    rows = [ProgramLatency("eager", None, Latency(8000.0, 12000.0, 20, 1000.0, True)),
+            ProgramLatency("xnnpack", 1, Latency(7990.0, 8000.0, 20, 250.0, True), 1e-7)]  # fmt: skip
+    header, eager, xnnpack = latency_table(rows).splitlines()
+    assert header.split("  ")[:3] == ["program", "delegate calls", "best us"]
+    assert xnnpack.split() == ["xnnpack", "1", "250.0", "7990.0", "8000.0", "4.00x", "1e-07"]
+    assert eager.split()[-2:] == ["1.00x", "-"]
