@@ -66,13 +66,13 @@ def interleaved(
     Why the fastest call and rounds, not the median of one pass: on this shared 2-core
     machine under load, a call that is preempted (or whose runtime waits on a preempted
     worker thread) takes a scheduler tick or two longer, 4 or 8 ms, and under steady load
-    most calls above about 1 ms are. Medians then land on those steps: one pass timed all
-    four ``unet`` programs (xnnpack, openvino, both orders) at about 7990 us, although their
-    fastest calls took 270 to 1400 us, and across 8 passes their medians put them in 5
-    different orders; measured placement chose on that. Load only ever adds time, so the
-    fastest call is the best estimate of what a call costs without it (the reasoning of
-    Python's ``timeit``): it ordered those programs the same way in all 8 passes, and kept
-    the 1 : 2 ratio of one program called once and twice where medians said 1 : 4 to 1 : 6.
+    most calls above about 1 ms are. Medians then land on those steps: in 14 of 24 passes
+    under load (load average 4 to 8) the medians put all four ``unet`` programs (xnnpack,
+    openvino, both orders) at 3.9 ms or more, although their fastest calls took about 270
+    to 1500 us, and they named OpenVINO alone, the fastest in calm runs, the fastest in 7 of
+    the 24; measured placement chose on that. Load only ever adds time, so the fastest call
+    is the best estimate of what a call costs without it (the reasoning of Python's
+    ``timeit``): it named OpenVINO alone the fastest in 22 of the same 24 passes.
     One round's fastest call is still slow when none of its calls ran clean, so the calls
     are split into rounds of half the runs (interleaved as above, the candidates' order
     reversed every other round), and timing goes on until a round's fastest call of every
@@ -82,10 +82,12 @@ def interleaved(
     a candidate's ``Latency.settled`` says whether its rounds agreed.
 
     The limit: under steady contention a call of several milliseconds (3.6 ms and up here)
-    rarely runs clean at all; its fastest call then varies from round to round,
-    ``settled`` is False, and no wall-clock figure ranks such candidates reliably (the
-    median does only where preemption grows with the call's length). ``median_us`` and
-    ``p90_us`` stay those of every call timed, for reporting. ``clock`` is for tests.
+    rarely runs clean at all; its fastest call then varies from round to round and
+    ``settled`` is mostly False (one program called 3 and 4 times, 3.6 and 4.8 ms: ranked
+    right in 19 of 24 passes, where medians, whose preemptions grow with the call's length,
+    got all 24). Rounds whose fastest calls were all slowed alike can still agree.
+    ``median_us`` and ``p90_us`` stay those of every call timed, for reporting. ``clock`` is
+    for tests.
     """
     if runs < 1 or block < 1 or max_rounds < 1:
         raise ValueError("runs, block and max_rounds must be at least 1")

@@ -155,8 +155,10 @@ def test_real_sleeps_with_a_burst_rank_correctly():
 def test_the_table_shows_the_fastest_call_and_compares_by_it():
     from composer.latency import ProgramLatency, latency_table
 
-    rows = [ProgramLatency("eager", None, Latency(8000.0, 12000.0, 20, 1000.0, True)),
-            ProgramLatency("xnnpack", 1, Latency(7990.0, 8000.0, 20, 250.0, True), 1e-7)]  # fmt: skip
+    rows = [
+        ProgramLatency("eager", None, Latency(8000.0, 12000.0, 20, 1000.0, True)),
+        ProgramLatency("xnnpack", 1, Latency(7990.0, 8000.0, 20, 250.0, True), 1e-7),
+    ]
     header, eager, xnnpack = latency_table(rows).splitlines()
     assert header.split("  ")[:3] == ["program", "delegate calls", "best us"]
     assert xnnpack.split() == ["xnnpack", "1", "250.0", "7990.0", "8000.0", "4.00x", "1e-07"]
