@@ -155,3 +155,32 @@ def test_run_says_what_input_the_program_expects(tmp_path, capsys, cumsum_mlp_xn
     assert main(["run", str(pte), "--inputs", str(inputs)]) == 2
     err = capsys.readouterr().err
     assert "input 0 has shape [3, 3] float32; the program was exported for [4, 16] float32" in err
+
+
+def test_openvino_alone_lowers_the_bilinear_upsample_it_asks_to_keep_whole():
+    # ExecuTorch 1.5.1's OpenvinoPartitioner asks to keep upsample_bilinear2d whole but its
+    # support check declines it, so lowering stopped with "was not decomposed or delegated".
+    # composer keeps whole only what OpenVINO takes; the upsample runs on portable kernels.
+    pytest.importorskip("openvino")
+    from composer.plugins.openvino import composer_ops_to_not_decompose
+    from composer.plugins.openvino.support import takes_op
+
+    model, inputs = zoo.load("unet_bilinear")
+    composition = composer.compose(model, ["openvino"], inputs, cache=False)
+    plan = composition.plan
+    assert dict(plan.ops_on("portable")) == {"aten.upsample_bilinear2d.vec": 2}
+    assert plan.ops_on("openvino")["aten.convolution.default"] == 6
+    assert set(delegate_ids(composition.buffer)) == {"OpenvinoBackend"}
+    result = composition.verify()
+    assert result.executor == "executorch runtime"
+    assert result.ok, str(result)
+    actual = LoadedProgram(composition.buffer).run(composition.example_inputs)[0]
+    with torch.no_grad():
+        expected = composition.eager(*composition.example_inputs)
+    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=1.6e-2)
+    # What OpenVINO's own check says, which the plugin follows: nearest yes, bilinear no.
+    bilinear = torch.ops.aten.upsample_bilinear2d.vec
+    assert not takes_op(bilinear) and takes_op(torch.ops.aten.upsample_nearest2d.vec)
+    exported = torch.export.export(model, inputs)
+    kept = composer_ops_to_not_decompose(backend=None, program=exported, options={})
+    assert bilinear not in kept and torch.ops.aten.upsample_nearest2d.vec in kept

@@ -134,8 +134,14 @@ def composer_ops_to_not_decompose(backend, program, options):
     _require_openvino()
     from executorch.backends.openvino import OpenvinoPartitioner
 
+    from composer.plugins.openvino.support import takes_op
+
+    # ExecuTorch 1.5.1's OpenvinoPartitioner asks to keep whole ops its own support check
+    # then declines (upsample_bilinear2d, pixel_shuffle are not in OpenVINO's table): such an
+    # op stays undecomposed and undelegated, and lowering stops ("was not decomposed or
+    # delegated"). Keep whole only what OpenVINO will take; the rest decomposes as usual.
     ops, _filter = OpenvinoPartitioner([]).ops_to_not_decompose(program)
-    return list(ops)
+    return [op for op in ops if takes_op(op)]
 
 
 @hookimpl

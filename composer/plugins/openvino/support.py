@@ -36,3 +36,25 @@ class OpenvinoSupport(OperatorSupportBase):
 
     def reason_unsupported(self, node: torch.fx.Node) -> str | None:
         return "not in OpenVINO's table of supported ops"
+
+
+def takes_op(op: torch._ops.OpOverload) -> bool:
+    """Whether ExecuTorch's OpenVINO support check takes a call of the ATen op ``op``.
+
+    The check runs on the edge program, so it is asked about ``op``'s edge form (whose
+    ``__name__`` is what it looks up in OpenVINO's table). It looks at the op alone, never
+    at the arguments, so asking it about one call node answers for every call of ``op``
+    (besides the table, nncf's packed-weight patterns enable bitwise ops by node name; the
+    partitioner keeps none of those whole).
+    """
+    from executorch.backends.openvino.partitioner import OpenvinoOperatorsSupport
+    from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+
+    try:
+        edge_op = aten_to_edge(op)
+    except Exception:  # noqa: BLE001 - no edge form: not kept whole, it decomposes as usual
+        return False
+    graph = torch.fx.Graph()
+    node = graph.call_function(edge_op, ())
+    with contextlib.redirect_stdout(io.StringIO()):
+        return bool(OpenvinoOperatorsSupport().is_node_supported({}, node))
