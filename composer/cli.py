@@ -135,8 +135,8 @@ def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None
     def compose_single(name: str):
         return composer.compose(model, stack.only([name]), inputs)
 
-    print(f"latency over {runs} runs, interleaved with eager, in the ExecuTorch runtime:",
-          flush=True)  # fmt: skip
+    print(f"latency, {runs} or more calls each (interleaved with eager, until the fastest "
+          "calls agree), in the ExecuTorch runtime:", flush=True)  # fmt: skip
     rows, notes = compare_with_singles(composition, compose_single, runs)
     print(latency_table(rows))
     for note in notes:
@@ -216,7 +216,8 @@ def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> N
     with torch.no_grad():
         timed = interleaved(candidates, runs)
     print(
-        f"latency over {runs} runs after warm-up" + (", interleaved with eager:" if eager else ":")
+        f"latency, {runs} or more calls after warm-up"
+        + (", interleaved with eager:" if eager else ":")
     )
     calls = len(delegate_backend_ids(buffer))
     rows = [ProgramLatency(name, None if name == "eager" else calls, latency)
@@ -355,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--compare", metavar="MODEL", help="check against this model in eager")
     run.add_argument(
         "--bench", type=int, nargs="?", const=200, metavar="N",
-        help="median and p90 latency over N runs after warm-up (default 200), per delegate too",
+        help="fastest, median and p90 latency over N or more calls after warm-up (default 200), "
+        "per delegate too",
     )  # fmt: skip
     run.set_defaults(run=_run)
 

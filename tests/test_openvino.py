@@ -134,7 +134,7 @@ def test_lower_bench_times_the_stack_beside_eager_and_each_backend(capsys, tmp_p
                  "--quiet", "--bench", "5"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0
-    table = out[out.index("latency over 5 runs") :].splitlines()
+    table = out[out.index("latency, 5 or more calls each") :].splitlines()
     assert table[1].split()[:3] == ["program", "delegate", "calls"]
     programs = [line.split()[0] for line in table[2:6]]
     assert programs == ["eager", "xnnpack,openvino", "xnnpack", "openvino"]
