@@ -219,15 +219,22 @@ def _measured(
         "min_partition_size": min_partition_size or {},
     }
 
-    def compose_candidate(candidate):
-        only = {
+    def only(candidate):
+        given = {
             key: {
                 name: value for name, value in (given or {}).items() if name in candidate.backends
             }
             for key, given in settings.items()
         }
+        return {**given, "never": candidate.never(given["never"])}  # with its node pins
+
+    def compose_candidate(candidate):
         return compose(model, list(candidate.backends), example_inputs, registry=registry,
-                       placement=candidate.placement, **only)  # fmt: skip
+                       placement=candidate.placement, **only(candidate))  # fmt: skip
+
+    def plan_candidate(candidate):
+        return plan(model, list(candidate.backends), example_inputs, registry=registry,
+                    placement=candidate.placement, **only(candidate))  # fmt: skip
 
     choice, composed = measured.measure(
         compose_candidate,
@@ -237,6 +244,8 @@ def _measured(
         budget_s=tune_budget,
         progress=progress,
         cache_dir=cache_dir() if cache else None,
+        plan_candidate=plan_candidate,
+        never=settings["never"],
     )
     composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
     composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+
+import attrs
 import pytest
 import torch
 
@@ -17,6 +21,8 @@ from composer.placement import (
     choose,
     choose_confirmed,
 )
+from composer.regions import Costs, Region, cut, pins, rotations, topological_order
+from composer.regions import choose as choose_regions
 
 
 def test_candidates_are_the_orders_and_each_backend_alone():
@@ -93,10 +99,33 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     assert not placement["cached"]
     assert any(line == "placement: composing xnnpack alone" for line in lines)
     medians = {item["candidate"]: item["median_us"] for item in placement["candidates"]}
-    assert len(medians) == 5 and None not in medians.values()
+    # The five whole programs, then the per-region search's candidate: on cumsum_mlp a
+    # delegate call of OpenVINO's (10 us and more) costs more than any op it could run, so
+    # the search never keeps the declared strict assignment (OpenVINO's relu, cumsum, add).
+    assert list(medians)[-1] == "openvino,xnnpack (per region)"
+    assert len(medians) == 6 and None not in medians.values()
     chosen = medians[placement["chosen"]]
     assert chosen <= min(medians["openvino alone"], medians["xnnpack alone"]) * (1 + MARGIN)
     assert chosen <= medians["openvino,xnnpack (priority)"]
+    # The regions, each timed on every option that takes it, and the choice.
+    searched = placement["regions"]
+    assert [r["nodes"] for r in searched["regions"]] == [
+        ["aten_linear_default"], ["aten_relu_default"], ["aten_cumsum_default"],
+        ["aten_linear_default_1"], ["aten_add_tensor"],
+    ]  # fmt: skip
+    assert searched["regions"][2]["options"] == ["openvino", "portable"]
+    assert all(
+        set(times) == set(region["options"])
+        for region, times in zip(searched["regions"], searched["region_us"])
+    )
+    assert searched["chosen"][2] == "portable" and searched["estimated_us"] > 0
+    rotations = [
+        line for line in lines if line.startswith("placement: regions: composing rotation")
+    ]
+    assert len(rotations) == 3  # options: openvino, xnnpack, portable kernels
+    assert any(line.startswith("placement: regions: chose ") for line in lines)
+    assert "per region: 5 regions, timed on each option" in first.plan.summary_table()
+    assert "    region 2: aten_cumsum_default: openvino " in first.plan.summary_table()
     assert first.verify().ok
     assert "placement: measured, chose " in first.plan.summary_table()
     assert list(cache.glob("placement/*.json"))
@@ -133,11 +162,13 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     assert not third.placement["cached"]
     notes = [item["note"] for item in third.placement["candidates"][1:]]
     assert notes and all(note.startswith("not measured: over the tune budget") for note in notes)
+    assert third.placement["regions"]["notes"] == ["not searched: over the tune budget of 0 s"]
 
 
 def test_the_cli_prints_the_measurements_and_the_config_that_reproduces_them(
     cache, capsys, tmp_path, monkeypatch
 ):
+    # Both whole-program and per-region choices: the config printed gives the same plan.
     argv = ["plan", "zoo:cumsum_mlp", "--backends", "openvino,xnnpack"]
     assert main([*argv, "--placement", "measured"]) == 0
     out = capsys.readouterr().out
@@ -148,6 +179,25 @@ def test_the_cli_prints_the_measurements_and_the_config_that_reproduces_them(
     (tmp_path / "composer.toml").write_text(config.replace(", ", "\n") + "\n")
     assert main(["plan", "zoo:cumsum_mlp"]) == 0
     assert capsys.readouterr().out.startswith(measured_table)
+
+    # A per-region choice is written as node pins, which reproduce it. Whether it wins depends
+    # on this machine's load, so the cached choice is made the per-region candidate (the
+    # measurements stay): a cache hit composes the chosen candidate and measures nothing.
+    (entry,) = cache.glob("placement/*.json")
+    stored = json.loads(entry.read_text())
+    stored["chosen"] = "openvino,xnnpack (per region)"
+    entry.write_text(json.dumps(stored))
+    (tmp_path / "composer.toml").unlink()
+    assert main([*argv, "--placement", "measured"]) == 0
+    out = capsys.readouterr().out
+    assert "placement: measured (from the cache), chose openvino,xnnpack (per region)" in out
+    block = out.split("to reproduce without measuring, in composer.toml:\n")[1].splitlines()
+    config = [line.strip() for line in itertools.takewhile(lambda l: l.startswith("    "), block)]
+    assert config[:3] == ['backends = ["openvino", "xnnpack"]', 'placement = "strict"', "[never]"]
+    assert any("node:aten_cumsum_default" in line for line in config)
+    (tmp_path / "composer.toml").write_text("\n".join(config) + "\n")
+    assert main(["plan", "zoo:cumsum_mlp"]) == 0
+    assert capsys.readouterr().out.startswith(out.split("placement: measured")[0])
 
 
 def test_cache_info_and_clear(cache, capsys):
@@ -211,3 +261,89 @@ def test_a_candidate_that_fails_to_lower_is_noted_and_the_rest_measured(cache):
     assert found["openvino alone"]["median_us"] is None
     assert found["xnnpack,openvino (priority)"]["median_us"] is not None
     assert plan.placement["chosen"] != "openvino alone"
+
+
+def test_a_per_region_candidate_must_beat_every_whole_program_by_the_margin():
+    declared = timed(["a", "b"], 100.0)
+    other_order = timed(["b", "a"], 50.0)
+    mixed = Measurement(
+        Candidate(("a", "b"), "strict", (("a", ("node:x",)),)), 1, Latency(49.0, 49.0, 9)
+    )
+    # 2% faster than the best whole program: a guess from parts, within noise of it.
+    assert choose([declared, other_order, mixed]) == other_order.candidate
+    clearly = attrs.evolve(mixed, latency=Latency(40.0, 40.0, 9))
+    assert choose([declared, other_order, clearly]) == clearly.candidate
+    assert clearly.candidate.label == "a,b (per region)"
+
+
+def test_regions_are_intervals_cut_where_the_backends_that_take_them_change():
+    # a -> b -> c -> d, and e beside them: x takes a, b, e; y takes b, c, d; nobody takes d
+    # alone... d is portable-only.
+    support = {
+        "a": frozenset({"x"}), "b": frozenset({"x", "y"}), "c": frozenset({"x", "y"}),
+        "d": frozenset(), "e": frozenset({"x"}),
+    }  # fmt: skip
+    order = topological_order(["e", "a", "b", "c", "d"], [("a", "b"), ("b", "c"), ("c", "d")])
+    assert order.index("a") < order.index("b") < order.index("c") < order.index("d")
+    cut_regions = cut(order, support, ["x", "y"])
+    assert [r.nodes for r in cut_regions if "b" in r.nodes] == [("b", "c")]
+    assert all(r.options[-1] == "portable" for r in cut_regions)
+    assert [r.options for r in cut_regions if "d" in r.nodes] == [("portable",)]
+    # Long runs are cut in even pieces; too many regions are merged, smallest first.
+    chain = [f"n{i}" for i in range(10)]
+    same = dict.fromkeys(chain, frozenset({"x"}))
+    assert [len(r.nodes) for r in cut(chain, same, ["x"], max_nodes=4)] == [4, 4, 2]
+    assert [len(r.nodes) for r in cut(chain, same, ["x"], max_nodes=2, max_regions=3)] == [4, 4, 2]
+
+
+def test_rotations_put_every_region_once_on_every_option_that_takes_it():
+    regions_ = [
+        Region(("a",), ("x", "y", "portable")),
+        Region(("b",), ("x", "portable")),
+        Region(("c",), ("y", "portable")),
+    ]
+    found = rotations(regions_, ["x", "y"])
+    assert len(found) == 3
+    for region, options in zip(regions_, zip(*found)):
+        assert set(options) == set(region.options)
+    # Pins that make a strict plan of [x, y] run each region where the rotation says.
+    support = {"a": frozenset({"x", "y"}), "b": frozenset({"x"}), "c": frozenset({"y"})}
+    assert pins(regions_, ("y", "portable", "y"), ["x", "y"], support) == {
+        "x": ("node:a", "node:b")
+    }
+    assert pins(regions_, ("portable", "x", "portable"), ["x", "y"], support) == {
+        "x": ("node:a",),
+        "y": ("node:a", "node:c"),
+    }
+
+
+def test_dynamic_programming_weighs_region_times_against_switches_and_calls():
+    regions_ = [Region((n,), ("x", "y", "portable")) for n in "abc"]
+    # y is faster per region, but each switch costs 5 us and x's calls merge (1 us each).
+    measured = Costs(
+        ({"x": 3.0, "y": 1.0, "portable": 9.0}, {"x": 3.0, "y": 9.0, "portable": 9.0},
+         {"x": 3.0, "y": 1.0, "portable": 9.0}),
+        {"x": 1.0, "y": 1.0},
+        5.0,
+    )  # fmt: skip
+    assert choose_regions(regions_, measured) == (("x", "x", "x"), 7.0)
+    cheap_switch = attrs.evolve(measured, between_us=0.0)
+    assert choose_regions(regions_, cheap_switch) == (("y", "x", "y"), 5.0)
+    # A switch that slows the next call (one backend's threads still spinning) counts too.
+    slow_after_y = attrs.evolve(cheap_switch, switch_us={("y", "x"): 4.0})
+    assert choose_regions(regions_, slow_after_y)[0] == ("x", "x", "y")
+
+
+def test_node_pins_reproduce_a_placement_and_unknown_ones_warn():
+    model, inputs = zoo.load("cumsum_mlp")
+    plan = composer.plan(model, ["xnnpack", "openvino"], inputs, placement="strict",
+                         never={"xnnpack": ["node:aten_relu_default"]})  # fmt: skip
+    assert plan.backend_of("aten_relu_default") == "openvino"
+    assert plan.backend_of("aten_linear_default") == "xnnpack"
+    assert ("xnnpack", "pinned off xnnpack by the user (node pin)") in plan.explain(
+        "aten_relu_default"
+    )
+    with pytest.warns(composer.ComposerWarning, match=r"'node:aten_relu' names no node of "
+                      r"this program; did you mean node:aten_relu_default\?"):  # fmt: skip
+        composer.plan(model, ["xnnpack", "openvino"], inputs, placement="strict",
+                      never={"xnnpack": ["node:aten_relu"]})  # fmt: skip

@@ -1,0 +1,389 @@
+"""Per-region placement: cut the graph into regions, time each on every backend, choose by DP.
+
+Measured placement (composer.placement) times whole programs; this module finds the mixes no
+order of the stack produces. The steps, each a function here:
+
+1. ``survey``: which backends take each node. Each backend is put first in a strict plan of
+   the stack (the stack's edge program is the same in every order: every partitioner keeps
+   whole what any backend keeps whole), so it takes every node it supports.
+2. ``cut``: regions are intervals of one topological order of the edge program's ops (an
+   interval of a topological order is always convex), cut where the set of backends that take
+   the nodes changes, long runs split into pieces of at most ``MAX_REGION_NODES``.
+3. ``rotations``: with k options (the stack's backends, then portable kernels) k programs in
+   which region i runs on option (i + s) mod k where it can, so that every region runs once on
+   every option that takes it. Each is composed with node pins (``pins``) in strict order and
+   traced with ETDump; ``costs`` reads every region's time on each option, a delegate call's
+   fixed cost per backend, and what one switch between calls costs.
+4. ``choose``: a Viterbi pass over the regions in order: a region's time on its option, plus
+   a switch cost where consecutive regions change option, minus a call's fixed cost where they
+   stay on one backend (they become one delegate call).
+
+The choice is written as node pins (``never = {backend: ["node:NAME", ...]}``) with
+``placement = "strict"``: that reproduces it without measuring. The sum is an estimate;
+composer.placement composes the choice and times it against the whole-program candidates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from composer.plan import PORTABLE
+from composer.scheduler.assign import node_pin
+
+MAX_REGION_NODES = 8  # a longer run of nodes the same backends take is cut into pieces
+MAX_REGIONS = 40  # more are merged, smallest neighbours first: each costs calls in rotations
+
+
+@attrs.frozen
+class Region:
+    """An interval of the topological order: its nodes, and where it may run."""
+
+    nodes: tuple[str, ...]
+    options: tuple[str, ...]  # the stack's backends that take every node, in order; then portable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": list(self.nodes), "options": list(self.options)}
+
+
+def survey(first: Mapping[str, Any]) -> dict[str, frozenset[str]] | None:
+    """Per node, the backends that take it, from ``first``: backend -> the strict plan of the
+    stack with that backend first. ``None`` when the plans' nodes differ (the orders
+    decompose the model differently, so node names do not carry from one to another)."""
+    plans = list(first.values())
+    nodes = set(plans[0].node_ops)
+    if any(set(p.node_ops) != nodes for p in plans[1:]):
+        return None
+    return {
+        node: frozenset(b for b, plan in first.items() if plan.node_backends.get(node) == b)
+        for node in plans[0].node_ops
+    }
+
+
+def topological_order(nodes: Sequence[str], edges: Iterable[tuple[str, str]]) -> list[str]:
+    """``nodes`` in an order that respects ``edges``; it follows a chain while it can (the
+    consumer of the node just placed goes next), else the earliest ready node of ``nodes``."""
+    rank = {node: i for i, node in enumerate(nodes)}
+    users: dict[str, list[str]] = {node: [] for node in nodes}
+    waiting = dict.fromkeys(nodes, 0)
+    for producer, consumer in dict.fromkeys(edges):
+        if producer in rank and consumer in rank and producer != consumer:
+            users[producer].append(consumer)
+            waiting[consumer] += 1
+    ready = {node for node in nodes if waiting[node] == 0}
+    order: list[str] = []
+    while ready:
+        last = order[-1] if order else None
+        follow = [u for u in users.get(last, ()) if u in ready] if last else []
+        node = min(follow or ready, key=rank.__getitem__)
+        ready.discard(node)
+        order.append(node)
+        for user in users[node]:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.add(user)
+    if len(order) != len(nodes):
+        raise ValueError("the data edges between the plan's nodes have a cycle")
+    return order
+
+
+def cut(
+    order: Sequence[str],
+    support: Mapping[str, frozenset[str]],
+    backends: Sequence[str],
+    max_nodes: int = MAX_REGION_NODES,
+    max_regions: int = MAX_REGIONS,
+) -> list[Region]:
+    """Regions of ``order``: cut where the backends that take the nodes change, runs longer
+    than ``max_nodes`` cut evenly, then at most ``max_regions`` (smallest pairs merged)."""
+    runs: list[list[str]] = []
+    for node in order:
+        if runs and support[runs[-1][-1]] == support[node]:
+            runs[-1].append(node)
+        else:
+            runs.append([node])
+    pieces: list[list[str]] = []
+    for run in runs:
+        count = math.ceil(len(run) / max_nodes)
+        size = math.ceil(len(run) / count)
+        pieces += [run[i : i + size] for i in range(0, len(run), size)]
+    while len(pieces) > max_regions:
+        # Merging two neighbours keeps an interval; it runs where both may.
+        i = min(range(len(pieces) - 1), key=lambda j: len(pieces[j]) + len(pieces[j + 1]))
+        pieces[i : i + 2] = [pieces[i] + pieces[i + 1]]
+    return [
+        Region(
+            tuple(piece),
+            tuple(b for b in backends if all(b in support[n] for n in piece)) + (PORTABLE,),
+        )
+        for piece in pieces
+    ]
+
+
+def rotations(regions: Sequence[Region], backends: Sequence[str]) -> list[tuple[str, ...]]:
+    """One assignment (an option per region) per shift s: region i on option (i + s) mod k, or
+    where it cannot run there, the next option round the cycle that it can."""
+    cycle = [*backends, PORTABLE]
+    found = []
+    for shift in range(len(cycle)):
+        assignment = []
+        for index, region in enumerate(regions):
+            turn = [cycle[(index + shift + j) % len(cycle)] for j in range(len(cycle))]
+            assignment.append(next(o for o in turn if o in region.options))
+        found.append(tuple(assignment))
+    return found
+
+
+def pins(
+    regions: Sequence[Region],
+    assignment: Sequence[str],
+    backends: Sequence[str],
+    support: Mapping[str, frozenset[str]],
+) -> dict[str, tuple[str, ...]]:
+    """The node pins that make a strict plan of ``backends`` put each region on its option:
+    every node is pinned off each backend before its option that would take it (off all of
+    them for portable kernels)."""
+    found: dict[str, list[str]] = {}
+    for region, option in zip(regions, assignment):
+        before = backends if option == PORTABLE else backends[: backends.index(option)]
+        for node in region.nodes:
+            for backend in before:
+                if backend in support[node]:
+                    found.setdefault(backend, []).append(node_pin(node))
+    return {backend: tuple(found[backend]) for backend in backends if backend in found}
+
+
+@attrs.frozen
+class Costs:
+    """What the rotations measured: each region's time per option, each backend's fixed cost of
+    a delegate call, and what a switch from one place to another adds."""
+
+    region_us: tuple[dict[str, float], ...]  # per region: option -> median us
+    call_us: dict[str, float]  # per backend: its cheapest delegate call seen
+    between_us: float  # the runtime's own time per switch, outside every call
+    # (from, to) -> how much slower a call on ``to`` runs right after one on ``from``
+    switch_us: dict[tuple[str, str], float] = attrs.field(factory=dict)
+
+    def switch(self, before: str, after: str) -> float:
+        """What running ``after`` right after ``before`` adds to the program."""
+        if before == after:
+            return 0.0
+        return self.between_us + self.switch_us.get((before, after), 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "region_us": [{k: round(v, 2) for k, v in c.items()} for c in self.region_us],
+            "call_us": {k: round(v, 2) for k, v in self.call_us.items()},
+            "between_us": round(self.between_us, 2),
+            "switch_us": {f"{a}->{b}": round(v, 2) for (a, b), v in self.switch_us.items()},
+        }
+
+
+def costs(
+    regions: Sequence[Region], programs: Sequence[tuple[tuple[str, ...], Any, Sequence, Any]]
+) -> Costs:
+    """Read ``Costs`` off the rotation ``programs``: (assignment, plan, ``placement.unit_steps``
+    of its trace, the ``ProgramTrace``).
+
+    A call right after one of another backend can run much slower than the same call after a
+    call of its own kind (on 2 cores, OpenVINO's worker threads still spin when XNNPACK's
+    start: 30 us more for a 3 us linear). So for each pair of places the mean call after
+    that place is compared with the mean call after the kindest other place, and that
+    difference is the pair's switch cost; a region's time is its calls' times less the switch
+    cost of what ran before each. A partition's time goes to the regions it holds, shared by
+    node count (two regions on one backend can become one partition); a region counts only
+    where every node of it ran on the option it was given. The fixed cost of a call is the
+    backend's cheapest call seen (a one-op region costs little but the call), which, if
+    anything, overstates what merging two regions saves.
+    """
+    from composer.placement import units
+
+    after: dict[tuple[str, str], list[float]] = {}
+    between, switches = 0.0, 0
+    for _assignment, _plan, steps, traced in programs:
+        places = [where for _name, where, _latency in steps]
+        for before, (_name, where, latency) in zip(_befores(places), steps):
+            if latency.median_us > 0:
+                after.setdefault((before, where), []).append(latency.median_us)
+        between += traced.between_steps_us
+        switches += sum(1 for a, b in itertools.pairwise(places) if a != b)
+    # The mean, not the median: a switch is slow only some of the time (when the threads of
+    # the call before still spin), and the program pays the slow times too.
+    typical = {pair: statistics.fmean(times) for pair, times in after.items()}
+    switch_us = {}
+    for (before, where), median in typical.items():
+        kindest = min(t for (_b, w), t in typical.items() if w == where)
+        if before != where and median > kindest:
+            switch_us[(before, where)] = median - kindest
+
+    samples: list[dict[str, list[float]]] = [{} for _ in regions]
+    calls: dict[str, list[float]] = {}
+    region_of = {node: i for i, region in enumerate(regions) for node in region.nodes}
+    for assignment, plan, steps, _traced in programs:
+        nodes_of = {unit.name: unit.nodes for unit in units(plan)}
+        shares = [0.0 for _ in regions]
+        timed: set[str] = set()
+        places = [where for _name, where, _latency in steps]
+        for before, (name, where, latency) in zip(_befores(places), steps):
+            own = max(0.0, latency.median_us - switch_us.get((before, where), 0.0))
+            if name is None:
+                continue
+            timed.add(name)
+            if where != PORTABLE:
+                calls.setdefault(where, []).append(own)
+            for node in nodes_of[name]:
+                if node in region_of:
+                    shares[region_of[node]] += own / len(nodes_of[name])
+        untimed = {region_of[n] for u, ns in nodes_of.items() if u not in timed for n in ns
+                   if n in region_of}  # fmt: skip
+        for index, (region, option) in enumerate(zip(regions, assignment)):
+            as_given = all(plan.node_backends.get(n) == option for n in region.nodes)
+            if as_given and index not in untimed:
+                samples[index].setdefault(option, []).append(shares[index])
+    return Costs(
+        tuple({o: statistics.median(v) for o, v in s.items()} for s in samples),
+        {backend: min(times) for backend, times in calls.items()},
+        between / switches if switches else 0.0,
+        switch_us,
+    )
+
+
+def _befores(places: Sequence[str]) -> list[str]:
+    """The place of the call before each call; the program runs in a loop, so the first call
+    comes after the last one. (Counting back to the last delegate call instead, past the
+    portable kernels between, left no call of XNNPACK's that OpenVINO's had not preceded in
+    the rotations, and so no switch cost to see.)"""
+    return [places[index - 1] for index in range(len(places))]
+
+
+def choose(regions: Sequence[Region], measured: Costs) -> tuple[tuple[str, ...], float] | None:
+    """The cheapest option per region by dynamic programming over the regions in order, and
+    its estimated time; ``None`` if some region was measured on no option."""
+    best: dict[str, tuple[float, tuple[str, ...]]] = {}
+    for index, region in enumerate(regions):
+        here = measured.region_us[index]
+        if not here:
+            return None
+        step: dict[str, tuple[float, tuple[str, ...]]] = {}
+        for option, alone in here.items():
+            if not best:
+                step[option] = (alone, (option,))
+                continue
+            ways = []
+            for previous, (total, path) in best.items():
+                if previous == option and option != PORTABLE:
+                    # One delegate call instead of two: its fixed cost is paid once.
+                    extra = max(0.0, alone - measured.call_us.get(option, 0.0))
+                elif previous == option:
+                    extra = alone
+                else:
+                    extra = alone + measured.switch(previous, option)
+                ways.append((total + extra, (*path, option)))
+            step[option] = min(ways)
+        best = step
+    if not best:
+        return None
+    total, path = min(best.values())
+    return path, total
+
+
+def search(
+    compose_candidate,
+    plan_candidate,
+    backends: Sequence[str],
+    inputs: Sequence[Any],
+    *,
+    over_budget,
+    progress=None,
+    trace_runs: int = 30,
+):
+    """Survey, cut, compose and trace the rotations, choose: the per-region candidate (a
+    ``placement.Candidate`` with node pins) and what was found, for the plan; the candidate is
+    ``None`` when there is nothing to choose or the search could not finish."""
+    from composer.errors import ComposerError
+    from composer.latency import trace
+    from composer.placement import Candidate, unit_steps
+
+    say = progress or (lambda line: None)
+    backends = list(backends)
+    notes: list[str] = []
+    found: dict[str, Any] = {"notes": notes}
+    say(f"placement: regions: what each backend takes ({len(backends)} plans, each backend first)")
+    try:
+        first = {
+            backend: plan_candidate(Candidate((*backends[i:], *backends[:i]), "strict"))
+            for i, backend in enumerate(backends)
+        }
+    except ComposerError as error:
+        notes.append(f"not searched: a plan failed: {_first_line(error)}")
+        return None, found
+    support = survey(first)
+    if support is None:
+        notes.append("not searched: the orders of the stack decompose the model differently")
+        return None, found
+    declared = first[backends[0]]
+    regions = cut(topological_order(list(declared.node_ops), declared.edges), support, backends)
+    found["regions"] = [r.to_dict() for r in regions]
+    if len(regions) < 2 or all(len(r.options) == 1 for r in regions):
+        notes.append("nothing to choose per region: the whole-program candidates cover it")
+        return None, found
+    programs = []
+    plans = rotations(regions, backends)
+    for shift, assignment in enumerate(plans):
+        if over_budget():
+            notes.append(f"stopped after {shift} of {len(plans)} rotations: over the tune budget")
+            break
+        say(f"placement: regions: composing rotation {shift + 1}/{len(plans)} "
+            f"({len(regions)} regions, region i on option i+{shift})")  # fmt: skip
+        candidate = _pinned(backends, pins(regions, assignment, backends, support))
+        try:
+            composition = compose_candidate(candidate)
+        except ComposerError as error:
+            notes.append(f"rotation {shift + 1} not composed: {_first_line(error)}")
+            continue
+        runnable, why = composition.runtime_can_run()
+        if not runnable:
+            notes.append(f"not searched: {why}")
+            return None, found
+        say(f"placement: regions: tracing rotation {shift + 1}/{len(plans)}, {trace_runs} runs "
+            "(ETDump)")  # fmt: skip
+        try:
+            traced = trace(composition.buffer, inputs, trace_runs)
+        except (ComposerError, RuntimeError) as error:
+            notes.append(f"rotation {shift + 1} not traced: {_first_line(error)}")
+            continue
+        if traced is None:
+            notes.append(f"rotation {shift + 1} not traced: its calls cannot be matched")
+            continue
+        programs.append((assignment, composition.plan, unit_steps(composition, traced), traced))
+    measured = costs(regions, programs)
+    found.update(measured.to_dict())
+    chosen = choose(regions, measured)
+    if chosen is None:
+        notes.append("no choice: a region was measured on no option")
+        return None, found
+    assignment, estimate = chosen
+    found["chosen"] = list(assignment)
+    found["estimated_us"] = round(estimate, 2)
+    counts = ", ".join(f"{o} x{assignment.count(o)}" for o in dict.fromkeys(assignment))
+    say(f"placement: regions: chose {counts} by dynamic programming, estimated {estimate:.1f} us")
+    candidate = _pinned(backends, pins(regions, assignment, backends, support))
+    if not candidate.pins:
+        notes.append("the per-region choice is the declared order, strict")
+        return None, found
+    return candidate, found
+
+
+def _pinned(backends: Sequence[str], table: Mapping[str, Sequence[str]]):
+    from composer.placement import Candidate
+
+    return Candidate(tuple(backends), "strict", tuple((b, tuple(p)) for b, p in table.items()))
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
