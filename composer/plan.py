@@ -237,7 +237,7 @@ def _region_lines(searched: dict[str, Any]) -> list[str]:
         return [f"  per region: {note}" for note in searched.get("notes", ())]
     estimate = searched.get("estimated_us")
     lines = [
-        f"  per region: {len(regions)} regions, timed on each option in rotation (ETDump)"
+        f"  per region: {len(regions)} regions, each timed on every option (ETDump)"
         + (
             ""
             if estimate is None

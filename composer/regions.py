@@ -9,11 +9,14 @@ order of the stack produces. The steps, each a function here:
 2. ``cut``: regions are intervals of one topological order of the edge program's ops (an
    interval of a topological order is always convex), cut where the set of backends that take
    the nodes changes, long runs split into pieces of at most ``MAX_REGION_NODES``.
-3. ``rotations``: with k options (the stack's backends, then portable kernels) k programs in
-   which region i runs on option (i + s) mod k where it can, so that every region runs once on
-   every option that takes it. Each is composed with node pins (``pins``) in strict order and
-   traced with ETDump; ``costs`` reads every region's time on each option, a delegate call's
-   fixed cost per backend, and what one switch between calls costs.
+3. ``layouts``: the programs that measure them, each composed with node pins (``pins``) in
+   strict order and traced with ETDump. Per backend, two in which its regions take turns
+   with portable kernels (even regions, then odd ones): every region runs once on it as a
+   call of its own, and once on portable kernels, with no other backend's threads about.
+   Per pair of backends, one in which regions take turns between the two: the crossings,
+   timed once. ``costs`` reads every region's time per option, what a call right after one
+   of the other backend costs more (on 2 cores, OpenVINO's worker threads still spin when
+   XNNPACK's start), and a delegate call's fixed cost per backend.
 4. ``choose``: a Viterbi pass over the regions in order: a region's time on its option, plus
    a switch cost where consecutive regions change option, minus a call's fixed cost where they
    stay on one backend (they become one delegate call).
@@ -37,7 +40,7 @@ from composer.plan import PORTABLE
 from composer.scheduler.assign import node_pin
 
 MAX_REGION_NODES = 8  # a longer run of nodes the same backends take is cut into pieces
-MAX_REGIONS = 40  # more are merged, smallest neighbours first: each costs calls in rotations
+MAX_REGIONS = 40  # more are merged, smallest neighbours first: each is a call to time
 
 
 @attrs.frozen
@@ -125,17 +128,32 @@ def cut(
     ]
 
 
-def rotations(regions: Sequence[Region], backends: Sequence[str]) -> list[tuple[str, ...]]:
-    """One assignment (an option per region) per shift s: region i on option (i + s) mod k, or
-    where it cannot run there, the next option round the cycle that it can."""
-    cycle = [*backends, PORTABLE]
+def layouts(
+    regions: Sequence[Region], backends: Sequence[str]
+) -> list[tuple[str, tuple[str, ...]]]:
+    """The programs that time the regions, as (what it times, an option per region): per
+    backend, its regions alternating with portable kernels (two programs: even and odd
+    regions on it); per pair of backends, regions alternating between the two."""
     found = []
-    for shift in range(len(cycle)):
+    for backend in backends:
+        if not any(backend in region.options for region in regions):
+            continue
+        for parity in (0, 1):
+            assignment = tuple(
+                backend if backend in region.options and index % 2 == parity else PORTABLE
+                for index, region in enumerate(regions)
+            )
+            turn = "even" if parity == 0 else "odd"
+            found.append(
+                (f"{backend} and portable kernels, {turn} regions on {backend}", assignment)
+            )
+    for one, other in itertools.combinations(backends, 2):
         assignment = []
         for index, region in enumerate(regions):
-            turn = [cycle[(index + shift + j) % len(cycle)] for j in range(len(cycle))]
-            assignment.append(next(o for o in turn if o in region.options))
-        found.append(tuple(assignment))
+            turn = (one, other) if index % 2 == 0 else (other, one)
+            assignment.append(next((b for b in turn if b in region.options), PORTABLE))
+        if one in assignment and other in assignment:
+            found.append((f"crossings between {one} and {other}", tuple(assignment)))
     return found
 
 
@@ -160,7 +178,7 @@ def pins(
 
 @attrs.frozen
 class Costs:
-    """What the rotations measured: each region's time per option, each backend's fixed cost of
+    """What the layouts measured: each region's time per option, each backend's fixed cost of
     a delegate call, and what a switch from one place to another adds."""
 
     region_us: tuple[dict[str, float], ...]  # per region: option -> median us
@@ -168,12 +186,6 @@ class Costs:
     between_us: float  # the runtime's own time per switch, outside every call
     # (from, to) -> how much slower a call on ``to`` runs right after one on ``from``
     switch_us: dict[tuple[str, str], float] = attrs.field(factory=dict)
-
-    def switch(self, before: str, after: str) -> float:
-        """What running ``after`` right after ``before`` adds to the program."""
-        if before == after:
-            return 0.0
-        return self.between_us + self.switch_us.get((before, after), 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -187,109 +199,128 @@ class Costs:
 def costs(
     regions: Sequence[Region], programs: Sequence[tuple[tuple[str, ...], Any, Sequence, Any]]
 ) -> Costs:
-    """Read ``Costs`` off the rotation ``programs``: (assignment, plan, ``placement.unit_steps``
+    """Read ``Costs`` off the ``layouts`` programs: (assignment, plan, ``placement.unit_steps``
     of its trace, the ``ProgramTrace``).
 
-    A call right after one of another backend can run much slower than the same call after a
-    call of its own kind (on 2 cores, OpenVINO's worker threads still spin when XNNPACK's
-    start: 30 us more for a 3 us linear). So for each pair of places the mean call after
-    that place is compared with the mean call after the kindest other place, and that
-    difference is the pair's switch cost; a region's time is its calls' times less the switch
-    cost of what ran before each. A partition's time goes to the regions it holds, shared by
-    node count (two regions on one backend can become one partition); a region counts only
-    where every node of it ran on the option it was given. The fixed cost of a call is the
-    backend's cheapest call seen (a one-op region costs little but the call), which, if
-    anything, overstates what merging two regions saves.
+    A delegate call counts as the region's own time where the call before it ran on portable
+    kernels or the same backend (kernels are short and single-threaded); right after another
+    backend's call it is slower by that pair's switch cost, the mean over such calls of how
+    much slower than its regions' own times (the mean: a switch is slow only some of the
+    time, when the threads of the call before still spin, and the program pays those times).
+    A partition's time goes to the regions it holds, shared by node count (two regions on one
+    backend can become one partition); a region counts only where every node of it ran on the
+    option it was given. The fixed cost of a call is the backend's cheapest call seen (a
+    one-op region costs little but the call), which, if anything, overstates what merging two
+    regions saves.
     """
     from composer.placement import units
 
-    after: dict[tuple[str, str], list[float]] = {}
+    region_of = {node: i for i, region in enumerate(regions) for node in region.nodes}
+    own: list[dict[str, list[float]]] = [{} for _ in regions]
+    calls: dict[str, list[float]] = {}
+    crossed: list[tuple[str, str, float, list[tuple[int, float]]]] = []  # after a switch
     between, switches = 0.0, 0
-    for _assignment, _plan, steps, traced in programs:
+    for assignment, plan, steps, traced in programs:
+        nodes_of = {unit.name: unit.nodes for unit in units(plan)}
         places = [where for _name, where, _latency in steps]
-        for before, (_name, where, latency) in zip(_befores(places), steps):
-            if latency.median_us > 0:
-                after.setdefault((before, where), []).append(latency.median_us)
         between += traced.between_steps_us
         switches += sum(1 for a, b in itertools.pairwise(places) if a != b)
-    # The mean, not the median: a switch is slow only some of the time (when the threads of
-    # the call before still spin), and the program pays the slow times too.
-    typical = {pair: statistics.fmean(times) for pair, times in after.items()}
-    switch_us = {}
-    for (before, where), median in typical.items():
-        kindest = min(t for (_b, w), t in typical.items() if w == where)
-        if before != where and median > kindest:
-            switch_us[(before, where)] = median - kindest
-
-    samples: list[dict[str, list[float]]] = [{} for _ in regions]
-    calls: dict[str, list[float]] = {}
-    region_of = {node: i for i, region in enumerate(regions) for node in region.nodes}
-    for assignment, plan, steps, _traced in programs:
-        nodes_of = {unit.name: unit.nodes for unit in units(plan)}
-        shares = [0.0 for _ in regions]
+        as_given = [
+            all(plan.node_backends.get(n) == option for n in region.nodes)
+            for region, option in zip(regions, assignment)
+        ]
+        shares: dict[int, float] = {}
+        clean: set[int] = set()
         timed: set[str] = set()
-        places = [where for _name, where, _latency in steps]
         for before, (name, where, latency) in zip(_befores(places), steps):
-            own = max(0.0, latency.median_us - switch_us.get((before, where), 0.0))
             if name is None:
                 continue
             timed.add(name)
+            held = [
+                (region_of[n], 1 / len(nodes_of[name])) for n in nodes_of[name] if n in region_of
+            ]
+            if where != PORTABLE and before not in (PORTABLE, where):
+                crossed.append((before, where, latency.median_us, held))
+                continue
             if where != PORTABLE:
-                calls.setdefault(where, []).append(own)
-            for node in nodes_of[name]:
-                if node in region_of:
-                    shares[region_of[node]] += own / len(nodes_of[name])
+                calls.setdefault(where, []).append(latency.median_us)
+            for index, share in held:
+                shares[index] = shares.get(index, 0.0) + latency.median_us * share
+                clean.add(index)
         untimed = {region_of[n] for u, ns in nodes_of.items() if u not in timed for n in ns
                    if n in region_of}  # fmt: skip
-        for index, (region, option) in enumerate(zip(regions, assignment)):
-            as_given = all(plan.node_backends.get(n) == option for n in region.nodes)
-            if as_given and index not in untimed:
-                samples[index].setdefault(option, []).append(shares[index])
+        for index, option in enumerate(assignment):
+            if as_given[index] and index in clean and index not in untimed:
+                own[index].setdefault(option, []).append(shares[index])
+    region_us = tuple({o: statistics.median(v) for o, v in r.items()} for r in own)
+    slower: dict[tuple[str, str], list[float]] = {}
+    for before, where, median_us, held in crossed:
+        alone = [region_us[index].get(where) for index, _share in held]
+        if held and None not in alone:
+            expected = sum(a * share for a, (_i, share) in zip(alone, held))
+            slower.setdefault((before, where), []).append(median_us - expected)
     return Costs(
-        tuple({o: statistics.median(v) for o, v in s.items()} for s in samples),
+        region_us,
         {backend: min(times) for backend, times in calls.items()},
         between / switches if switches else 0.0,
-        switch_us,
+        {pair: max(0.0, statistics.fmean(v)) for pair, v in slower.items()},
     )
 
 
 def _befores(places: Sequence[str]) -> list[str]:
     """The place of the call before each call; the program runs in a loop, so the first call
-    comes after the last one. (Counting back to the last delegate call instead, past the
-    portable kernels between, left no call of XNNPACK's that OpenVINO's had not preceded in
-    the rotations, and so no switch cost to see.)"""
+    comes after the last one."""
     return [places[index - 1] for index in range(len(places))]
 
 
 def choose(regions: Sequence[Region], measured: Costs) -> tuple[tuple[str, ...], float] | None:
     """The cheapest option per region by dynamic programming over the regions in order, and
-    its estimated time; ``None`` if some region was measured on no option."""
-    best: dict[str, tuple[float, tuple[str, ...]]] = {}
-    for index, region in enumerate(regions):
-        here = measured.region_us[index]
-        if not here:
-            return None
-        step: dict[str, tuple[float, tuple[str, ...]]] = {}
-        for option, alone in here.items():
-            if not best:
-                step[option] = (alone, (option,))
-                continue
-            ways = []
-            for previous, (total, path) in best.items():
-                if previous == option and option != PORTABLE:
-                    # One delegate call instead of two: its fixed cost is paid once.
-                    extra = max(0.0, alone - measured.call_us.get(option, 0.0))
-                elif previous == option:
-                    extra = alone
-                else:
-                    extra = alone + measured.switch(previous, option)
-                ways.append((total + extra, (*path, option)))
-            step[option] = min(ways)
-        best = step
-    if not best:
+    its estimated time; ``None`` if some region was measured on no option.
+
+    A state is the option of the region before and the backend of the last delegate call: a
+    call on backend b after one on backend a pays a's switch cost to b even with portable
+    kernels between them (they are too short for a's threads to stop spinning). The program
+    runs in a loop, so its first call comes after its last: each backend (or none) is tried
+    as the last call's, and only paths that end as they began are kept.
+    """
+    if any(not times for times in measured.region_us[: len(regions)]) or not regions:
         return None
-    total, path = min(best.values())
+    backends = sorted({o for times in measured.region_us for o in times if o != PORTABLE})
+    found: list[tuple[float, tuple[str, ...]]] = []
+    for start in [None, *backends]:
+        # (option before, last backend) -> (total, path)
+        states: dict[tuple[str | None, str | None], tuple[float, tuple[str, ...]]] = {
+            (None, start): (0.0, ())
+        }
+        for index in range(len(regions)):
+            step: dict[tuple[str | None, str | None], tuple[float, tuple[str, ...]]] = {}
+            for option, alone in measured.region_us[index].items():
+                for (before, last), (total, path) in states.items():
+                    extra, after = _step(measured, before, last, option, alone)
+                    way = (total + extra, (*path, option))
+                    if (option, after) not in step or way < step[(option, after)]:
+                        step[(option, after)] = way
+            states = step
+        found += [way for (_before, last), way in states.items() if last == start]
+    if not found:
+        return None
+    total, path = min(found)
     return path, total
+
+
+def _step(measured: Costs, before: str | None, last: str | None, option: str, alone: float):
+    """What running a region on ``option`` adds after ``before`` (the region before's option)
+    and ``last`` (the last delegate call's backend); and the last backend after it."""
+    if option == PORTABLE:
+        switch = measured.between_us if before not in (None, PORTABLE) else 0.0
+        return alone + switch, last
+    if before == option:
+        # One delegate call instead of two: its fixed cost is paid once.
+        return max(0.0, alone - measured.call_us.get(option, 0.0)), option
+    switch = measured.between_us if before is not None else 0.0
+    if last is not None and last != option:
+        switch += measured.switch_us.get((last, option), 0.0)
+    return alone + switch, option
 
 
 def search(
@@ -302,7 +333,7 @@ def search(
     progress=None,
     trace_runs: int = 30,
 ):
-    """Survey, cut, compose and trace the rotations, choose: the per-region candidate (a
+    """Survey, cut, compose and trace the ``layouts``, choose: the per-region candidate (a
     ``placement.Candidate`` with node pins) and what was found, for the plan; the candidate is
     ``None`` when there is nothing to choose or the search could not finish."""
     from composer.errors import ComposerError
@@ -333,32 +364,32 @@ def search(
         notes.append("nothing to choose per region: the whole-program candidates cover it")
         return None, found
     programs = []
-    plans = rotations(regions, backends)
-    for shift, assignment in enumerate(plans):
+    plans = layouts(regions, backends)
+    for number, (what, assignment) in enumerate(plans, start=1):
         if over_budget():
-            notes.append(f"stopped after {shift} of {len(plans)} rotations: over the tune budget")
+            notes.append(
+                f"stopped after {number - 1} of {len(plans)} programs: over the tune budget"
+            )
             break
-        say(f"placement: regions: composing rotation {shift + 1}/{len(plans)} "
-            f"({len(regions)} regions, region i on option i+{shift})")  # fmt: skip
+        say(f"placement: regions: composing {number}/{len(plans)}: {what}")
         candidate = _pinned(backends, pins(regions, assignment, backends, support))
         try:
             composition = compose_candidate(candidate)
         except ComposerError as error:
-            notes.append(f"rotation {shift + 1} not composed: {_first_line(error)}")
+            notes.append(f"{what}: not composed: {_first_line(error)}")
             continue
         runnable, why = composition.runtime_can_run()
         if not runnable:
             notes.append(f"not searched: {why}")
             return None, found
-        say(f"placement: regions: tracing rotation {shift + 1}/{len(plans)}, {trace_runs} runs "
-            "(ETDump)")  # fmt: skip
+        say(f"placement: regions: tracing {number}/{len(plans)}, {trace_runs} runs (ETDump)")
         try:
             traced = trace(composition.buffer, inputs, trace_runs)
         except (ComposerError, RuntimeError) as error:
-            notes.append(f"rotation {shift + 1} not traced: {_first_line(error)}")
+            notes.append(f"{what}: not traced: {_first_line(error)}")
             continue
         if traced is None:
-            notes.append(f"rotation {shift + 1} not traced: its calls cannot be matched")
+            notes.append(f"{what}: not traced: its calls cannot be matched")
             continue
         programs.append((assignment, composition.plan, unit_steps(composition, traced), traced))
     measured = costs(regions, programs)

@@ -21,7 +21,7 @@ from composer.placement import (
     choose,
     choose_confirmed,
 )
-from composer.regions import Costs, Region, cut, pins, rotations, topological_order
+from composer.regions import Costs, Region, cut, layouts, pins, topological_order
 from composer.regions import choose as choose_regions
 
 
@@ -119,12 +119,10 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
         for region, times in zip(searched["regions"], searched["region_us"])
     )
     assert searched["chosen"][2] == "portable" and searched["estimated_us"] > 0
-    rotations = [
-        line for line in lines if line.startswith("placement: regions: composing rotation")
-    ]
-    assert len(rotations) == 3  # options: openvino, xnnpack, portable kernels
+    layouts_composed = [line for line in lines if line.startswith("placement: regions: composing ")]
+    assert len(layouts_composed) == 5  # 2 for each backend, 1 for the crossings
     assert any(line.startswith("placement: regions: chose ") for line in lines)
-    assert "per region: 5 regions, timed on each option" in first.plan.summary_table()
+    assert "per region: 5 regions, each timed on every option" in first.plan.summary_table()
     assert "    region 2: aten_cumsum_default: openvino " in first.plan.summary_table()
     assert first.verify().ok
     assert "placement: measured, chose " in first.plan.summary_table()
@@ -165,18 +163,32 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     assert third.placement["regions"]["notes"] == ["not searched: over the tune budget of 0 s"]
 
 
+def printed_config(out: str) -> list[str]:
+    """The composer.toml lines a measured plan prints: on one line, or as a block with pins."""
+    line = out.split("to reproduce without measuring, in composer.toml:")[1].splitlines()
+    if line[0].strip():
+        return (
+            line[0]
+            .strip()
+            .replace('", "', '",@"')
+            .replace(", ", "\n")
+            .replace("@", " ")
+            .split("\n")
+        )
+    return [item.strip() for item in itertools.takewhile(lambda l: l.startswith("    "), line[1:])]
+
+
 def test_the_cli_prints_the_measurements_and_the_config_that_reproduces_them(
     cache, capsys, tmp_path, monkeypatch
 ):
-    # Both whole-program and per-region choices: the config printed gives the same plan.
+    # Whole-program and per-region choices alike: the config printed gives the same plan.
     argv = ["plan", "zoo:cumsum_mlp", "--backends", "openvino,xnnpack"]
     assert main([*argv, "--placement", "measured"]) == 0
     out = capsys.readouterr().out
     assert "placement: measured, chose " in out
-    config = out.split("to reproduce without measuring, in composer.toml: ")[1].splitlines()[0]
     measured_table = out.split("placement: measured")[0]
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "composer.toml").write_text(config.replace(", ", "\n") + "\n")
+    (tmp_path / "composer.toml").write_text("\n".join(printed_config(out)) + "\n")
     assert main(["plan", "zoo:cumsum_mlp"]) == 0
     assert capsys.readouterr().out.startswith(measured_table)
 
@@ -191,8 +203,7 @@ def test_the_cli_prints_the_measurements_and_the_config_that_reproduces_them(
     assert main([*argv, "--placement", "measured"]) == 0
     out = capsys.readouterr().out
     assert "placement: measured (from the cache), chose openvino,xnnpack (per region)" in out
-    block = out.split("to reproduce without measuring, in composer.toml:\n")[1].splitlines()
-    config = [line.strip() for line in itertools.takewhile(lambda l: l.startswith("    "), block)]
+    config = printed_config(out)
     assert config[:3] == ['backends = ["openvino", "xnnpack"]', 'placement = "strict"', "[never]"]
     assert any("node:aten_cumsum_default" in line for line in config)
     (tmp_path / "composer.toml").write_text("\n".join(config) + "\n")
@@ -296,17 +307,25 @@ def test_regions_are_intervals_cut_where_the_backends_that_take_them_change():
     assert [len(r.nodes) for r in cut(chain, same, ["x"], max_nodes=2, max_regions=3)] == [4, 4, 2]
 
 
-def test_rotations_put_every_region_once_on_every_option_that_takes_it():
+def test_layouts_time_every_region_on_every_option_then_the_crossings():
     regions_ = [
         Region(("a",), ("x", "y", "portable")),
         Region(("b",), ("x", "portable")),
         Region(("c",), ("y", "portable")),
+        Region(("d",), ("x", "y", "portable")),
     ]
-    found = rotations(regions_, ["x", "y"])
-    assert len(found) == 3
-    for region, options in zip(regions_, zip(*found)):
+    found = dict(layouts(regions_, ["x", "y"]))
+    assert list(found.values()) == [
+        ("x", "portable", "portable", "portable"),  # x's regions, taking turns with portable
+        ("portable", "x", "portable", "x"),
+        ("y", "portable", "y", "portable"),
+        ("portable", "portable", "portable", "y"),
+        ("x", "x", "y", "y"),  # the crossings between x and y
+    ]
+    assert list(found)[-1] == "crossings between x and y"
+    for region, options in zip(regions_, zip(*list(found.values())[:4])):
         assert set(options) == set(region.options)
-    # Pins that make a strict plan of [x, y] run each region where the rotation says.
+    # Pins that make a strict plan of [x, y] run each region where a layout says.
     support = {"a": frozenset({"x", "y"}), "b": frozenset({"x"}), "c": frozenset({"y"})}
     assert pins(regions_, ("y", "portable", "y"), ["x", "y"], support) == {
         "x": ("node:a", "node:b")
@@ -329,9 +348,19 @@ def test_dynamic_programming_weighs_region_times_against_switches_and_calls():
     assert choose_regions(regions_, measured) == (("x", "x", "x"), 7.0)
     cheap_switch = attrs.evolve(measured, between_us=0.0)
     assert choose_regions(regions_, cheap_switch) == (("y", "x", "y"), 5.0)
-    # A switch that slows the next call (one backend's threads still spinning) counts too.
+    # A call that runs slower after another backend's (its threads still spinning) counts,
+    # the program's next run included: y, x, y pays it once, x, x, y at the next run's start.
     slow_after_y = attrs.evolve(cheap_switch, switch_us={("y", "x"): 4.0})
-    assert choose_regions(regions_, slow_after_y)[0] == ("x", "x", "y")
+    assert choose_regions(regions_, slow_after_y) == (("x", "x", "x"), 7.0)
+
+
+def test_a_switch_costs_even_with_portable_kernels_between():
+    regions_ = [Region(("a",), ("x", "y", "portable")), Region(("b",), ("portable",)),
+                Region(("c",), ("x", "portable"))]  # fmt: skip
+    measured = Costs(
+        ({"x": 5.0, "y": 1.0}, {"portable": 1.0}, {"x": 1.0}), {}, 0.0, {("y", "x"): 10.0}
+    )
+    assert choose_regions(regions_, measured) == (("x", "portable", "x"), 7.0)
 
 
 def test_node_pins_reproduce_a_placement_and_unknown_ones_warn():
