@@ -18,8 +18,9 @@ order of the stack produces. The steps, each a function here:
    of the other backend costs more (on 2 cores, OpenVINO's worker threads still spin when
    XNNPACK's start), and a delegate call's fixed cost per backend.
 4. ``choose``: a Viterbi pass over the regions in order: a region's time on its option, plus
-   a switch cost where consecutive regions change option, minus a call's fixed cost where they
-   stay on one backend (they become one delegate call).
+   a switch cost where consecutive regions change option (and a backend's call after another
+   backend's, portable kernels between or not), minus a call's fixed cost where they stay on
+   one backend (they become one delegate call).
 
 The choice is written as node pins (``never = {backend: ["node:NAME", ...]}``) with
 ``placement = "strict"``: that reproduces it without measuring. The sum is an estimate;
@@ -358,7 +359,12 @@ def search(
         notes.append("not searched: the orders of the stack decompose the model differently")
         return None, found
     declared = first[backends[0]]
-    regions = cut(topological_order(list(declared.node_ops), declared.edges), support, backends)
+    try:
+        order = topological_order(list(declared.node_ops), declared.edges)
+    except ValueError as error:  # the plan's edges are a DAG; this guards the search only
+        notes.append(f"not searched: {error}")
+        return None, found
+    regions = cut(order, support, backends)
     found["regions"] = [r.to_dict() for r in regions]
     if len(regions) < 2 or all(len(r.options) == 1 for r in regions):
         notes.append("nothing to choose per region: the whole-program candidates cover it")
