@@ -44,6 +44,7 @@ PLACEMENTS = ("priority", "strict", "measured")  # what users may ask for, every
 MARGIN = 0.05  # a candidate must beat the declared order by this much to replace it
 RUNS = 100
 TRACE_RUNS = 30  # calls per program under ETDump, for the per-partition times
+REGION_RUNS = 50  # calls per program of the per-region search, traced taking turns
 VERSIONED = ("executorch-composer", "executorch", "torch", "openvino")
 
 
@@ -299,7 +300,7 @@ def measure(
         else:
             mixed, searched = regions.search(
                 compose_candidate, plan_candidate, backends, inputs,
-                over_budget=over_budget, progress=progress, trace_runs=TRACE_RUNS,
+                over_budget=over_budget, progress=progress, trace_runs=REGION_RUNS,
             )  # fmt: skip
             if mixed is not None:
                 listed.append(mixed)
@@ -394,33 +395,44 @@ def unit_latencies(composition, traced: ProgramTrace) -> dict[str, Latency]:
 def unit_steps(composition, traced: ProgramTrace) -> list[tuple[str | None, str, Latency]]:
     """The traced calls in the order they run: (unit name, where it runs, latency).
 
-    The program's graph lists its calls in the order its instructions run them (a delegate
-    call's lowered module keeps the names of the plan nodes it holds); a kernel that is no
-    plan node (a copy ``to_executorch`` inserted) belongs to no unit (name ``None``). Empty
-    when the graph and the instructions disagree: better no times than wrong ones.
+    The program's graph lists its calls in the order its instructions run them: a delegate
+    call's lowered module keeps the names of the plan nodes it holds. Kernels are matched with
+    the plan's portable nodes by order and op, not by name: ``to_executorch`` renames nodes
+    (mobilenet's third convolution, on portable kernels, became ``aten_convolution_default``,
+    the name of the plan's first, which XNNPACK ran). A kernel that is no plan node (a copy
+    ``to_executorch`` inserted) belongs to no unit (name ``None``). Empty when the graph and
+    the instructions disagree: better no times than wrong ones.
     """
     from executorch.exir import memory
 
     from composer.plan import PORTABLE
 
     graph = composition.program.exported_program().graph_module
-    nodes = [n for n in graph.graph.nodes if n.op == "call_function"]
-    calls = [
-        node
-        for node in nodes
-        # A view_copy left to portable kernels becomes memory.view, which the emitter turns
-        # into an alias of its input: no instruction runs (it is timed as nothing, below).
-        if node.target is not memory.view
-        and getattr(node.target, "__name__", "") not in ("getitem", "alloc")
+    nodes = [
+        n
+        for n in graph.graph.nodes
+        if n.op == "call_function" and getattr(n.target, "__name__", "") not in ("getitem", "alloc")
     ]
+    # A view_copy left to portable kernels becomes memory.view, which the emitter turns into
+    # an alias of its input: no instruction runs, so it is timed as nothing.
+    calls = [node for node in nodes if node.target is not memory.view]
     kinds = ["delegate" if _is_delegate_call(n) else "kernel" for n in calls]
     if kinds != [step.kind for step in traced.steps]:
         return []
     plan = composition.plan
     partitions = {p.id: set(p.nodes) for p in plan.partitions}
     backend_of = {p.id: p.backend for p in plan.partitions}
+    pending = [n for n in plan.nodes_on(PORTABLE)]  # in graph order, as build_plan lists them
+    steps = iter(traced.steps)
+    free = Latency(0.0, 0.0, traced.execute.runs)
     found: list[tuple[str | None, str, Latency]] = []
-    for node, step in zip(calls, traced.steps):
+    for node in nodes:
+        if node.target is memory.view:
+            name = _next_portable(pending, plan.node_ops, "view")
+            if name is not None:
+                found.append((name, PORTABLE, free))
+            continue
+        step = next(steps)
         if step.kind == "delegate":
             lowered = getattr(graph, node.args[0].target)
             inside = {n.name for n in lowered.original_module.graph.nodes}
@@ -429,17 +441,23 @@ def unit_steps(composition, traced: ProgramTrace) -> list[tuple[str | None, str,
                 found.append((best, backend_of[best], step.latency))
             else:
                 found.append((None, step.name, step.latency))
-        elif plan.node_backends.get(node.name) == PORTABLE:
-            found.append((node.name, PORTABLE, step.latency))
         else:
-            found.append((None, PORTABLE, step.latency))
-    free = Latency(0.0, 0.0, traced.execute.runs)
-    found += [
-        (n.name, PORTABLE, free)
-        for n in nodes
-        if n.target is memory.view and plan.node_backends.get(n.name) == PORTABLE
-    ]
+            base = getattr(node.target, "__name__", "").split(".")[0]
+            found.append((_next_portable(pending, plan.node_ops, base), PORTABLE, step.latency))
     return found
+
+
+def _next_portable(pending: list[str], ops: Mapping[str, str], kernel: str) -> str | None:
+    """The plan's next portable node (of the next few) whose op the kernel ``kernel`` runs
+    (``convolution`` for ``aten.convolution.default``, ``view`` for ``aten.view_copy``);
+    taken off ``pending`` with the ones it passed. ``None``: an inserted kernel."""
+    for index, name in enumerate(pending[:4]):
+        parts = ops[name].split(".")
+        op = parts[1] if len(parts) >= 3 else ops[name]
+        if op in (kernel, f"{kernel}_copy"):
+            del pending[: index + 1]
+            return name
+    return None
 
 
 def _is_delegate_call(node) -> bool:

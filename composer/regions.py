@@ -29,6 +29,7 @@ composer.placement composes the choice and times it against the whole-program ca
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import statistics
@@ -134,11 +135,14 @@ def layouts(
 ) -> list[tuple[str, tuple[str, ...]]]:
     """The programs that time the regions, as (what it times, an option per region): per
     backend, its regions alternating with portable kernels (two programs: even and odd
-    regions on it); per pair of backends, regions alternating between the two."""
+    regions on it), and all of them on it (neighbours become one call: what that saves);
+    per pair of backends, regions alternating between the two."""
     found = []
     for backend in backends:
         if not any(backend in region.options for region in regions):
             continue
+        merged = tuple(backend if backend in r.options else PORTABLE for r in regions)
+        found.append((f"{backend} wherever it can, as few calls as it takes", merged))
         for parity in (0, 1):
             assignment = tuple(
                 backend if backend in region.options and index % 2 == parity else PORTABLE
@@ -208,11 +212,11 @@ def costs(
     backend's call it is slower by that pair's switch cost, the mean over such calls of how
     much slower than its regions' own times (the mean: a switch is slow only some of the
     time, when the threads of the call before still spin, and the program pays those times).
-    A partition's time goes to the regions it holds, shared by node count (two regions on one
-    backend can become one partition); a region counts only where every node of it ran on the
-    option it was given. The fixed cost of a call is the backend's cheapest call seen (a
-    one-op region costs little but the call), which, if anything, overstates what merging two
-    regions saves.
+    A region's own time comes from a call (or kernels) that holds it alone, where every node
+    of it ran on the option it was given. A call that holds several regions (the layout with
+    each backend wherever it can) says what merging saves: the regions' own times, less the
+    call's, per region beyond the first; that is the backend's fixed cost of a call, saved
+    each time two regions become one call (without such a call, its cheapest call seen).
     """
     from composer.placement import units
 
@@ -220,6 +224,7 @@ def costs(
     own: list[dict[str, list[float]]] = [{} for _ in regions]
     calls: dict[str, list[float]] = {}
     crossed: list[tuple[str, str, float, list[tuple[int, float]]]] = []  # after a switch
+    merged: list[tuple[str, float, list[tuple[int, float]]]] = []  # calls of several regions
     between, switches = 0.0, 0
     for assignment, plan, steps, traced in programs:
         nodes_of = {unit.name: unit.nodes for unit in units(plan)}
@@ -245,6 +250,9 @@ def costs(
                 continue
             if where != PORTABLE:
                 calls.setdefault(where, []).append(latency.median_us)
+            if len({index for index, _share in held}) > 1:
+                merged.append((where, latency.median_us, held))
+                continue
             for index, share in held:
                 shares[index] = shares.get(index, 0.0) + latency.median_us * share
                 clean.add(index)
@@ -256,16 +264,35 @@ def costs(
     region_us = tuple({o: statistics.median(v) for o, v in r.items()} for r in own)
     slower: dict[tuple[str, str], list[float]] = {}
     for before, where, median_us, held in crossed:
-        alone = [region_us[index].get(where) for index, _share in held]
-        if held and None not in alone:
-            expected = sum(a * share for a, (_i, share) in zip(alone, held))
+        expected = _apart(regions, region_us, where, held)
+        if expected is not None:
             slower.setdefault((before, where), []).append(median_us - expected)
+    saved: dict[str, list[float]] = {}
+    for where, median_us, held in merged:
+        apart = _apart(regions, region_us, where, held)
+        if apart is not None:
+            count = len({index for index, _share in held})
+            saved.setdefault(where, []).append((apart - median_us) / (count - 1))
+    fixed = {backend: min(times) for backend, times in calls.items()}
+    fixed.update({backend: max(0.0, statistics.median(v)) for backend, v in saved.items()})
     return Costs(
         region_us,
-        {backend: min(times) for backend, times in calls.items()},
+        fixed,
         between / switches if switches else 0.0,
         {pair: max(0.0, statistics.fmean(v)) for pair, v in slower.items()},
     )
+
+
+def _apart(regions, region_us, where: str, held: list[tuple[int, float]]) -> float | None:
+    """What the regions (or parts of regions) one call ``held`` cost as calls of their own on
+    ``where``; ``None`` if one of them was not timed there alone."""
+    if not held:
+        return None
+    counts = collections.Counter(index for index, _share in held)
+    alone = [region_us[index].get(where) for index in counts]
+    if None in alone:
+        return None
+    return sum(a * n / len(regions[i].nodes) for a, (i, n) in zip(alone, counts.items()))
 
 
 def _befores(places: Sequence[str]) -> list[str]:
@@ -332,13 +359,13 @@ def search(
     *,
     over_budget,
     progress=None,
-    trace_runs: int = 30,
+    trace_runs: int = 50,
 ):
     """Survey, cut, compose and trace the ``layouts``, choose: the per-region candidate (a
     ``placement.Candidate`` with node pins) and what was found, for the plan; the candidate is
     ``None`` when there is nothing to choose or the search could not finish."""
     from composer.errors import ComposerError
-    from composer.latency import trace
+    from composer.latency import trace_together
     from composer.placement import Candidate, unit_steps
 
     say = progress or (lambda line: None)
@@ -369,8 +396,8 @@ def search(
     if len(regions) < 2 or all(len(r.options) == 1 for r in regions):
         notes.append("nothing to choose per region: the whole-program candidates cover it")
         return None, found
-    programs = []
     plans = layouts(regions, backends)
+    composed = []
     for number, (what, assignment) in enumerate(plans, start=1):
         if over_budget():
             notes.append(
@@ -388,12 +415,17 @@ def search(
         if not runnable:
             notes.append(f"not searched: {why}")
             return None, found
-        say(f"placement: regions: tracing {number}/{len(plans)}, {trace_runs} runs (ETDump)")
-        try:
-            traced = trace(composition.buffer, inputs, trace_runs)
-        except (ComposerError, RuntimeError) as error:
-            notes.append(f"{what}: not traced: {_first_line(error)}")
-            continue
+        composed.append((what, assignment, composition))
+    say(f"placement: regions: tracing {len(composed)} programs together, {trace_runs} runs each "
+        "(ETDump)")  # fmt: skip
+    try:
+        traces = trace_together({what: c.buffer for what, _a, c in composed}, inputs, trace_runs)
+    except (ComposerError, RuntimeError) as error:
+        notes.append(f"not traced: {_first_line(error)}")
+        return None, found
+    programs = []
+    for what, assignment, composition in composed:
+        traced = traces[what]
         if traced is None:
             notes.append(f"{what}: not traced: its calls cannot be matched")
             continue
