@@ -12,7 +12,7 @@ import torch
 import composer
 from composer import placement, zoo
 from composer.cli import main
-from composer.latency import Latency, program_instructions, trace
+from composer.latency import Latency, ProgramTrace, StepTime, program_instructions, trace
 from composer.placement import (
     MARGIN,
     Candidate,
@@ -21,7 +21,9 @@ from composer.placement import (
     choose,
     choose_confirmed,
 )
-from composer.regions import Costs, Region, cut, layouts, pins, topological_order
+from composer.plan import Partition as PlanPartition
+from composer.plan import Plan
+from composer.regions import Costs, Region, costs, cut, layouts, pins, topological_order
 from composer.regions import choose as choose_regions
 
 
@@ -379,3 +381,62 @@ def test_node_pins_reproduce_a_placement_and_unknown_ones_warn():
                       r"this program; did you mean node:aten_relu_default\?"):  # fmt: skip
         composer.plan(model, ["xnnpack", "openvino"], inputs, placement="strict",
                       never={"xnnpack": ["node:aten_relu"]})  # fmt: skip
+
+
+def layout_program(assignment, partitions, calls):
+    """A traced layout as ``regions.costs`` reads it: its plan (``partitions``: id -> nodes;
+    every other node of a, b, c on portable kernels) and its calls in order (unit, us)."""
+    taken = {node: pid.split(":")[0] for pid, nodes in partitions.items() for node in nodes}
+    plan = Plan(
+        backends=("x", "y"),
+        node_backends={n: taken.get(n, "portable") for n in "abc"},
+        node_ops=dict.fromkeys("abc", "aten.relu.default"),
+        partitions=tuple(
+            PlanPartition(pid, pid.split(":")[0], "cpu", tuple(nodes), ("aten.relu.default",))
+            for pid, nodes in partitions.items()
+        ),
+        fallbacks=(),
+        delegate_calls=len(partitions),
+        crossings=0,
+        duplicated_constant_bytes=0,
+    )
+    steps = [(unit, unit.split(":")[0] if ":" in unit else "portable", Latency(us, us, 9))
+             for unit, us in calls]  # fmt: skip
+    whole = Latency(sum(us for _unit, us in calls), 0.0, 9)
+    traced = ProgramTrace(tuple(StepTime("kernel", u, lat) for u, _w, lat in steps), whole)
+    return (assignment, plan, steps, traced)
+
+
+def test_costs_separate_a_regions_own_time_from_switches_and_merged_calls():
+    regions_ = [Region(("a",), ("x", "portable")), Region(("b",), ("x", "portable")),
+                Region(("c",), ("x", "y", "portable"))]  # fmt: skip
+    programs = [
+        # x wherever it can: one call for three regions of 4 + 5 + 6 us alone
+        layout_program(("x", "x", "x"), {"x:0": "abc"}, [("x:0", 8.0)]),
+        # x's regions taking turns with portable kernels: each region's own time
+        layout_program(
+            ("x", "portable", "x"),
+            {"x:0": "a", "x:1": "c"},
+            [("x:0", 4.0), ("b", 1.0), ("x:1", 6.0)],
+        ),
+        layout_program(
+            ("portable", "x", "portable"), {"x:0": "b"}, [("a", 2.0), ("x:0", 5.0), ("c", 3.0)]
+        ),
+        layout_program(
+            ("portable", "portable", "y"), {"y:0": "c"}, [("a", 2.0), ("b", 1.0), ("y:0", 7.0)]
+        ),
+        # the crossing: c on y right after b on x, 10 us where it takes 7 after portable
+        layout_program(
+            ("portable", "x", "y"),
+            {"x:0": "b", "y:0": "c"},
+            [("a", 2.0), ("x:0", 5.0), ("y:0", 10.0)],
+        ),
+    ]
+    measured = costs(regions_, programs)
+    assert measured.region_us == (
+        {"x": 4.0, "portable": 2.0},
+        {"portable": 1.0, "x": 5.0},
+        {"x": 6.0, "portable": 3.0, "y": 7.0},
+    )
+    assert measured.call_us == {"x": 3.5, "y": 7.0}  # (4 + 5 + 6 - 8) / 2; y: its one call
+    assert measured.switch_us == {("x", "y"): 3.0}
