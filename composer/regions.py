@@ -57,17 +57,41 @@ class Region:
 
 
 def survey(first: Mapping[str, Any]) -> dict[str, frozenset[str]] | None:
-    """Per node, the backends that take it, from ``first``: backend -> the strict plan of the
-    stack with that backend first. ``None`` when the plans' nodes differ (the orders
-    decompose the model differently, so node names do not carry from one to another)."""
+    """Per node, where it can run, from ``first``: backend -> the strict plan of the stack
+    with that backend first; and ``PORTABLE`` where the runtime has a portable kernel for its
+    op (no backend taking it: it runs there in every plan). ``None`` when the plans' nodes
+    differ (the orders decompose the model differently, so node names do not carry over)."""
     plans = list(first.values())
     nodes = set(plans[0].node_ops)
     if any(set(p.node_ops) != nodes for p in plans[1:]):
         return None
-    return {
-        node: frozenset(b for b, plan in first.items() if plan.node_backends.get(node) == b)
-        for node in plans[0].node_ops
-    }
+    kernels = portable_kernels()
+    found = {}
+    for node, op in plans[0].node_ops.items():
+        backends = {b for b, plan in first.items() if plan.node_backends.get(node) == b}
+        if not backends or _has_kernel(op, kernels):
+            backends.add(PORTABLE)
+        found[node] = frozenset(backends)
+    return found
+
+
+def portable_kernels() -> frozenset[str]:
+    """The kernels the ExecuTorch runtime here has ("aten::linear.out")."""
+    from executorch.extension.pybindings import portable_lib
+
+    return frozenset(portable_lib._get_operator_names())
+
+
+def _has_kernel(op: str, kernels: frozenset[str]) -> bool:
+    """Whether an op of the plan (``aten.max_pool2d.default``) has a kernel in ``kernels``.
+    ExecuTorch 1.5.1's has none for ``aten.max_pool2d`` (only ``max_pool2d_with_indices``),
+    which the stack keeps whole for XNNPACK: a program with it on portable kernels fails in
+    ``to_executorch`` ("Missing out variants")."""
+    namespace, _, rest = op.partition(".")
+    name = rest.rpartition(".")[0]
+    if not (namespace and name):
+        return True  # not an op name composer makes: no reason to rule it out
+    return any(kernel.startswith(f"{namespace}::{name}.") for kernel in kernels)
 
 
 def topological_order(nodes: Sequence[str], edges: Iterable[tuple[str, str]]) -> list[str]:
@@ -104,8 +128,9 @@ def cut(
     max_nodes: int = MAX_REGION_NODES,
     max_regions: int = MAX_REGIONS,
 ) -> list[Region]:
-    """Regions of ``order``: cut where the backends that take the nodes change, runs longer
-    than ``max_nodes`` cut evenly, then at most ``max_regions`` (smallest pairs merged)."""
+    """Regions of ``order``: cut where the places that can run the nodes change (``support``:
+    backends, and ``PORTABLE``), runs longer than ``max_nodes`` cut evenly, then at most
+    ``max_regions`` (smallest neighbours that can run somewhere together merged)."""
     runs: list[list[str]] = []
     for node in order:
         if runs and support[runs[-1][-1]] == support[node]:
@@ -117,17 +142,19 @@ def cut(
         count = math.ceil(len(run) / max_nodes)
         size = math.ceil(len(run) / count)
         pieces += [run[i : i + size] for i in range(0, len(run), size)]
+    places = [*backends, PORTABLE]
+
+    def options(piece: Sequence[str]) -> tuple[str, ...]:
+        return tuple(p for p in places if all(p in support[n] for n in piece))
+
     while len(pieces) > max_regions:
         # Merging two neighbours keeps an interval; it runs where both may.
-        i = min(range(len(pieces) - 1), key=lambda j: len(pieces[j]) + len(pieces[j + 1]))
+        pairs = [j for j in range(len(pieces) - 1) if options(pieces[j] + pieces[j + 1])]
+        if not pairs:
+            break
+        i = min(pairs, key=lambda j: len(pieces[j]) + len(pieces[j + 1]))
         pieces[i : i + 2] = [pieces[i] + pieces[i + 1]]
-    return [
-        Region(
-            tuple(piece),
-            tuple(b for b in backends if all(b in support[n] for n in piece)) + (PORTABLE,),
-        )
-        for piece in pieces
-    ]
+    return [Region(tuple(piece), options(piece)) for piece in pieces]
 
 
 def layouts(
@@ -141,11 +168,13 @@ def layouts(
     for backend in backends:
         if not any(backend in region.options for region in regions):
             continue
-        merged = tuple(backend if backend in r.options else PORTABLE for r in regions)
+        merged = tuple(backend if backend in r.options else _off(r, backend) for r in regions)
         found.append((f"{backend} wherever it can, as few calls as it takes", merged))
         for parity in (0, 1):
             assignment = tuple(
-                backend if backend in region.options and index % 2 == parity else PORTABLE
+                backend
+                if backend in region.options and index % 2 == parity
+                else _off(region, backend)
                 for index, region in enumerate(regions)
             )
             turn = "even" if parity == 0 else "odd"
@@ -156,10 +185,18 @@ def layouts(
         assignment = []
         for index, region in enumerate(regions):
             turn = (one, other) if index % 2 == 0 else (other, one)
-            assignment.append(next((b for b in turn if b in region.options), PORTABLE))
+            assignment.append(next((b for b in turn if b in region.options), _off(region, None)))
         if one in assignment and other in assignment:
             found.append((f"crossings between {one} and {other}", tuple(assignment)))
     return found
+
+
+def _off(region: Region, measured: str | None) -> str:
+    """Where a region runs in a layout that does not time it: on portable kernels if it can,
+    else on another backend than the one the layout times, else on that one."""
+    if PORTABLE in region.options:
+        return PORTABLE
+    return next((o for o in region.options if o != measured), region.options[0])
 
 
 def pins(

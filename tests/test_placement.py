@@ -23,7 +23,17 @@ from composer.placement import (
 )
 from composer.plan import Partition as PlanPartition
 from composer.plan import Plan
-from composer.regions import Costs, Region, costs, cut, layouts, pins, topological_order
+from composer.regions import (
+    Costs,
+    Region,
+    _has_kernel,
+    costs,
+    cut,
+    layouts,
+    pins,
+    portable_kernels,
+    topological_order,
+)
 from composer.regions import choose as choose_regions
 
 
@@ -289,24 +299,33 @@ def test_a_per_region_candidate_must_beat_every_whole_program_by_the_margin():
     assert clearly.candidate.label == "a,b (per region)"
 
 
-def test_regions_are_intervals_cut_where_the_backends_that_take_them_change():
-    # a -> b -> c -> d, and e beside them: x takes a, b, e; y takes b, c, d; nobody takes d
-    # alone... d is portable-only.
+def test_regions_are_intervals_cut_where_the_places_that_can_run_them_change():
+    # a -> b -> c -> d, and e, f beside them: x takes a, b, e, f; y takes b, c; nobody takes d;
+    # f has no portable kernel (as aten.max_pool2d has none in ExecuTorch 1.5.1).
     support = {
-        "a": frozenset({"x"}), "b": frozenset({"x", "y"}), "c": frozenset({"x", "y"}),
-        "d": frozenset(), "e": frozenset({"x"}),
+        "a": frozenset({"x", "portable"}), "b": frozenset({"x", "y", "portable"}),
+        "c": frozenset({"x", "y", "portable"}), "d": frozenset({"portable"}),
+        "e": frozenset({"x", "portable"}), "f": frozenset({"x"}),
     }  # fmt: skip
-    order = topological_order(["e", "a", "b", "c", "d"], [("a", "b"), ("b", "c"), ("c", "d")])
+    edges = [("a", "b"), ("b", "c"), ("c", "d")]
+    order = topological_order(["e", "a", "b", "c", "d", "f"], edges)
     assert order.index("a") < order.index("b") < order.index("c") < order.index("d")
-    cut_regions = cut(order, support, ["x", "y"])
-    assert [r.nodes for r in cut_regions if "b" in r.nodes] == [("b", "c")]
-    assert all(r.options[-1] == "portable" for r in cut_regions)
-    assert [r.options for r in cut_regions if "d" in r.nodes] == [("portable",)]
+    found = {r.nodes: r.options for r in cut(order, support, ["x", "y"])}
+    assert found[("b", "c")] == ("x", "y", "portable")
+    assert found[("d",)] == ("portable",)
+    assert found[("f",)] == ("x",)
     # Long runs are cut in even pieces; too many regions are merged, smallest first.
     chain = [f"n{i}" for i in range(10)]
-    same = dict.fromkeys(chain, frozenset({"x"}))
+    same = dict.fromkeys(chain, frozenset({"x", "portable"}))
     assert [len(r.nodes) for r in cut(chain, same, ["x"], max_nodes=4)] == [4, 4, 2]
     assert [len(r.nodes) for r in cut(chain, same, ["x"], max_nodes=2, max_regions=3)] == [4, 4, 2]
+
+
+def test_only_ops_the_runtime_has_a_kernel_for_may_go_to_portable_kernels():
+    kernels = portable_kernels()
+    assert _has_kernel("aten.linear.default", kernels)
+    assert _has_kernel("aten.upsample_bilinear2d.vec", kernels)
+    assert not _has_kernel("aten.max_pool2d.default", kernels)
 
 
 def test_layouts_time_every_region_on_every_option_then_the_crossings():
@@ -330,6 +349,9 @@ def test_layouts_time_every_region_on_every_option_then_the_crossings():
     alternating = [a for what, a in found.items() if "taking turns" in what or "regions on" in what]
     for region, options in zip(regions_, zip(*alternating)):
         assert set(options) == set(region.options)
+    # A region that cannot run on portable kernels stays on a backend that takes it.
+    only_x = [Region(("a",), ("x", "y", "portable")), Region(("m",), ("x",))]
+    assert {assignment[1] for _what, assignment in layouts(only_x, ["x", "y"])} == {"x"}
     # Pins that make a strict plan of [x, y] run each region where a layout says.
     support = {"a": frozenset({"x", "y"}), "b": frozenset({"x"}), "c": frozenset({"y"})}
     assert pins(regions_, ("y", "portable", "y"), ["x", "y"], support) == {
