@@ -313,10 +313,33 @@ def costs(
     fixed = {backend: min(times) for backend, times in calls.items()}
     fixed.update({backend: max(0.0, statistics.median(v)) for backend, v in saved.items()})
     return Costs(
-        region_us,
+        _filled(regions, region_us, merged, fixed),
         fixed,
         between / switches if switches else 0.0,
         {pair: max(0.0, statistics.fmean(v)) for pair, v in slower.items()},
+    )
+
+
+def _filled(regions, region_us, merged, fixed) -> tuple[dict[str, float], ...]:
+    """``region_us`` with the regions that never ran alone on a backend (both neighbours can
+    run only there, as cnn's convolutions between max pools XNNPACK alone takes) estimated
+    from a call that held them: its time and the calls it saved, less the other regions' own
+    times, shared by node count."""
+    guesses: list[dict[str, list[float]]] = [{} for _ in regions]
+    for where, median_us, held in merged:
+        counts = collections.Counter(index for index, _share in held)
+        missing = [i for i in counts if where not in region_us[i]]
+        if not missing:
+            continue
+        known = sum(region_us[i][where] * n / len(regions[i].nodes)
+                    for i, n in counts.items() if i not in missing)  # fmt: skip
+        left = max(0.0, median_us + (len(counts) - 1) * fixed.get(where, 0.0) - known)
+        nodes = sum(counts[i] for i in missing)
+        for i in missing:
+            guesses[i].setdefault(where, []).append(left * counts[i] / nodes)
+    return tuple(
+        {**times, **{o: statistics.median(v) for o, v in guesses[i].items()}}
+        for i, times in enumerate(region_us)
     )
 
 
