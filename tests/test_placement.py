@@ -462,3 +462,19 @@ def test_costs_separate_a_regions_own_time_from_switches_and_merged_calls():
     )
     assert measured.call_us == {"x": 3.5, "y": 7.0}  # (4 + 5 + 6 - 8) / 2; y: its one call
     assert measured.switch_us == {("x", "y"): 3.0}
+
+
+def test_a_region_that_never_ran_alone_is_estimated_from_the_call_that_held_it():
+    # b has no portable kernel: wherever x runs a or c, b's call runs with them on x.
+    regions_ = [Region(("a",), ("x", "portable")), Region(("b",), ("x",)),
+                Region(("c",), ("x", "portable"))]  # fmt: skip
+    programs = [
+        layout_program(("x", "x", "x"), {"x:0": "abc"}, [("x:0", 10.0)]),
+        layout_program(
+            ("portable", "x", "portable"), {"x:0": "b"}, [("a", 2.0), ("x:0", 4.0), ("c", 3.0)]
+        ),
+    ]
+    measured = costs(regions_, programs)
+    # 10 us for the call, 2 calls of 4 us saved, less b's own 4 us: 7 us each for a and c.
+    assert measured.region_us == ({"portable": 2.0, "x": 7.0}, {"x": 4.0},
+                                  {"portable": 3.0, "x": 7.0})  # fmt: skip
