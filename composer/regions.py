@@ -427,6 +427,7 @@ def search(
     from composer.errors import ComposerError
     from composer.latency import trace_together
     from composer.placement import Candidate, unit_steps
+    from composer.runtime import LoadedProgram
 
     say = progress or (lambda line: None)
     backends = list(backends)
@@ -475,6 +476,12 @@ def search(
         if not runnable:
             notes.append(f"not searched: {why}")
             return None, found
+        try:  # once, alone: one program the runtime fails (an OpenVINO delegate did, on
+            # llama_block) must not stop the others' tracing
+            LoadedProgram(composition.buffer).run(inputs)
+        except (ComposerError, RuntimeError) as error:
+            notes.append(f"{what}: does not run: {_first_line(error)}")
+            continue
         composed.append((what, assignment, composition))
     say(f"placement: regions: tracing {len(composed)} programs together, {trace_runs} runs each "
         "(ETDump)")  # fmt: skip
