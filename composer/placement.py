@@ -37,7 +37,6 @@ from typing import Any
 
 import attrs
 
-from composer import regions
 from composer.latency import Latency, ProgramTrace, interleaved, trace
 
 PLACEMENTS = ("priority", "strict", "measured")  # what users may ask for, everywhere
@@ -239,6 +238,7 @@ def measure(
     ``plan_candidate`` plans a candidate without lowering; given, and with two or more
     backends, a per-region candidate is searched too (composer.regions). ``never`` is the
     user's pins, which the config that reproduces the choice repeats."""
+    from composer import regions  # imports torch: not at the CLI's start, which reads PLACEMENTS
     from composer.errors import ComposerError
     from composer.runtime import LoadedProgram
 
