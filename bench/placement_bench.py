@@ -4,9 +4,12 @@
 
 For every model: each backend alone, each stack with priority placement, and each stack with
 ``placement="measured"`` (which composes its candidates, times them in the pip ExecuTorch
-runtime and keeps the fastest) are composed; then eager and every distinct program are timed
-together, interleaved in blocks (``composer.latency.interleaved``), so every ratio in a row
-comes from one run. Programs that lower to the same bytes are timed once.
+runtime and keeps the fastest) are composed, and the per-region candidate that measured
+placement's search found (composer.regions), composed again from its node pins; then eager
+and every distinct program are timed together, interleaved in blocks
+(``composer.latency.interleaved``), so every ratio in a row comes from one run. Programs that
+lower to the same bytes are timed once. "best whole" is the fastest of each backend alone and
+each stack's priority program.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ STACKS = ("openvino,xnnpack", "xnnpack,openvino")
 HEADER = (
     "| model | stack | eager us | xnnpack alone us | openvino alone us | priority us "
     "| measured chose | measured us | measured vs best single | measured vs priority "
-    "| measured max abs error |"
+    "| measured max abs error | per region: estimated us | per region us "
+    "| per region vs best whole |"
 )
 
 
@@ -59,6 +63,12 @@ def bench_model(name: str, stacks: list[list[str]], runs: int) -> list[dict]:
         measured = composer.compose(model, stack, inputs, placement="measured", cache=False)
         chosen[",".join(stack)] = measured.plan.placement
         programs.setdefault(measured.plan.placement["chosen"], measured)
+        mixed = next((c for c in measured.plan.placement["candidates"] if c.get("pins")), None)
+        if mixed is not None and mixed["candidate"] not in programs:
+            # The search's candidate, composed as its config would: strict order, node pins.
+            programs[mixed["candidate"]] = composer.compose(
+                model, stack, inputs, placement="strict", never=mixed["pins"]
+            )
     eager = copy.deepcopy(model)
     with torch.no_grad():
         expected = eager(*inputs)
@@ -75,11 +85,13 @@ def bench_model(name: str, stacks: list[list[str]], runs: int) -> list[dict]:
         timed = interleaved(calls, runs)
     us = {label: timed[digests[label]].median_us for label in programs}
     rows = []
+    whole = [us[k] for k in us if k.endswith((" alone", " (priority)"))]
     for stack in stacks:
         label = ",".join(stack)
         best = min(us[f"{b} alone"] for b in stack if f"{b} alone" in us)
         kept = chosen[label]["chosen"]
         measured = us[kept]
+        mixed = us.get(f"{label} (per region)")
         rows.append({
             "model": name,
             "stack": label,
@@ -91,14 +103,21 @@ def bench_model(name: str, stacks: list[list[str]], runs: int) -> list[dict]:
             "measured_vs_best_single": best / measured,
             "measured_vs_priority": us[f"{label} (priority)"] / measured,
             "measured_max_abs_error": errors[digests[kept]],
+            "per_region_estimated_us": chosen[label].get("regions", {}).get("estimated_us"),
+            "per_region_us": mixed,
+            "per_region_vs_best_whole": None if mixed is None else min(whole) / mixed,
             "runs": runs,
             "placement": chosen[label],
         })  # fmt: skip
     return rows
 
 
-def _us(value: float | None) -> str:
-    return "does not lower" if value is None else f"{value:.1f}"
+def _us(value: float | None, missing: str = "does not lower") -> str:
+    return missing if value is None else f"{value:.1f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {_us(row.get('xnnpack_alone_us'))} | {_us(row.get('openvino_alone_us'))} "
                 f"| {row['priority_us']:.1f} | {row['measured_chose']} | {row['measured_us']:.1f} "
                 f"| {row['measured_vs_best_single']:.2f}x | {row['measured_vs_priority']:.2f}x "
-                f"| {row['measured_max_abs_error']:.2g} |",
+                f"| {row['measured_max_abs_error']:.2g} | {_us(row['per_region_estimated_us'], '-')} "
+                f"| {_us(row['per_region_us'], '-')} | {_x(row['per_region_vs_best_whole'])} |",
                 flush=True,
             )
     print("load average (1, 5, 15 min) at end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))

@@ -160,9 +160,17 @@ def _measured(model, stack: Stack, example_inputs, progress, cache: bool, regist
         b.spec.backend_id == aoti_host.CUDA_BACKEND_ID for b in resolved
     )
 
+    def only(candidate) -> Stack:
+        """The candidate's stack: its backends with their settings, the user's pins and its
+        own node pins."""
+        kept = stack.only(candidate.backends, candidate.placement)
+        return attrs.evolve(kept, never=candidate.never(kept.never))
+
     def compose_candidate(candidate):
-        only = stack.only(candidate.backends, candidate.placement)
-        return compose(model, only, example_inputs, registry=registry)
+        return compose(model, only(candidate), example_inputs, registry=registry)
+
+    def plan_candidate(candidate):
+        return plan(model, only(candidate), example_inputs, registry=registry)
 
     choice, composed = measured.measure(
         compose_candidate,
@@ -173,6 +181,8 @@ def _measured(model, stack: Stack, example_inputs, progress, cache: bool, regist
         progress=progress,
         cache_dir=cache_dir() if cache else None,
         hosted=hosted,
+        plan_candidate=plan_candidate,
+        never={name: sorted(pins) for name, pins in stack.never.items()},
     )
     composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
     composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())

@@ -11,6 +11,12 @@ tensorrt_stub = 3
 
 [tool.composer.never]                # pins: ops a backend must not take
 tensorrt_stub = ["aten._softmax.default"]
+xnnpack = ["node:aten_linear_default_2"]   # or one node of the edge program, by name
+
+A pin ``"node:NAME"`` keeps the one edge-program node ``NAME`` (as ``composer plan --json``
+and ``composer explain`` name it) off the backend. Measured placement writes a per-region
+choice this way, with ``placement = "strict"``; the names belong to one model, stack and
+torch version, and a pin that names no node of the program is warned about.
 
 ``placement = "strict"`` (top level) keeps plain priority order: no island is handed over;
 ``"priority"``, the default, moves a host island between accelerator partitions to the

@@ -174,13 +174,36 @@ def trace(program: bytes, inputs: Sequence[object], runs: int) -> ProgramTrace |
     the method's instructions run them, which is how each is matched with its instruction.
     ``None`` when that order does not hold (a method with control flow).
     """
-    from executorch.devtools import Inspector
-
     from composer.runtime import LoadedProgram
 
     loaded = LoadedProgram(program, etdump=True)
     for _ in range(runs):
         loaded.run(inputs)
+    return _read_trace(loaded, program)
+
+
+def trace_together(
+    programs: Mapping[str, bytes], inputs: Sequence[object], runs: int, block: int = BLOCK
+) -> dict[str, ProgramTrace | None]:
+    """``trace`` for several programs, run taking turns in blocks of calls (as
+    ``interleaved`` times them), so that a burst of load on the machine slows all alike
+    instead of one program's every call."""
+    from composer.runtime import LoadedProgram
+
+    loaded = {key: LoadedProgram(program, etdump=True) for key, program in programs.items()}
+    done = dict.fromkeys(loaded, 0)
+    while any(count < runs for count in done.values()):
+        for key, program in loaded.items():
+            for _ in range(min(block, runs - done[key])):
+                program.run(inputs)
+                done[key] += 1
+    return {key: _read_trace(loaded[key], programs[key]) for key in loaded}
+
+
+def _read_trace(loaded, program: bytes) -> ProgramTrace | None:
+    """The ``ProgramTrace`` of the calls ``loaded`` (an ETDump-recording program) has run."""
+    from executorch.devtools import Inspector
+
     with tempfile.TemporaryDirectory() as folder:
         etdump = Path(folder) / "run.etdp"
         loaded.program.write_etdump_result_to_file(str(etdump), str(Path(folder) / "debug.bin"))

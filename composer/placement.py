@@ -11,10 +11,15 @@ stack, candidates, library versions and machine, so a second run times nothing. 
 is plain configuration (``backends`` and ``placement``), which reproduces it anywhere without
 measuring.
 
-This chooses among whole programs, not per region: a mix of backends per part of the graph
-that no order produces is not tried. Each distinct program is then traced (ETDump), so the plan
-says what every partition of the chosen program cost and, where another candidate ran the same
-nodes elsewhere, what they cost there.
+With two or more backends, one more candidate is searched per region (composer.regions): the
+graph is cut into regions, each region is timed on every backend that takes it and on portable
+kernels, and dynamic programming picks a mix that no order of the stack may produce. That
+candidate is written as node pins (``never = {backend: ["node:NAME"]}``, ``placement =
+"strict"``), timed with the others, and kept only if it beats every whole-program candidate by
+more than ``MARGIN`` (in both rounds): it is a guess from parts, the others are measured whole.
+Each distinct program is then traced (ETDump), so the plan says what every partition of the
+chosen program cost and, where another candidate ran the same nodes elsewhere, what they cost
+there.
 """
 
 from __future__ import annotations
@@ -37,21 +42,33 @@ from composer.latency import Latency, ProgramTrace, interleaved, trace
 MARGIN = 0.05  # a candidate must beat the declared order by this much to replace it
 RUNS = 100
 TRACE_RUNS = 30  # calls per program under ETDump, for the per-partition times
+REGION_RUNS = 50  # calls per program of the per-region search, traced taking turns
 VERSIONED = ("executorch-composer", "executorch", "torch", "openvino")
 
 
 @attrs.frozen
 class Candidate:
-    """A whole-program assignment: backends in order and the placement rule."""
+    """An assignment: backends in order, the placement rule, and node pins (a per-region
+    choice: ``((backend, ("node:NAME", ...)), ...)``; none for a whole-program candidate)."""
 
     backends: tuple[str, ...]
     placement: str  # "priority" or "strict"
+    pins: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def label(self) -> str:
+        if self.pins:
+            return f"{','.join(self.backends)} (per region)"
         if len(self.backends) == 1:
             return f"{self.backends[0]} alone"
         return f"{','.join(self.backends)} ({self.placement})"
+
+    def never(self, given: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+        """The pins to compose it with: ``given`` (the user's) for its backends, then its own."""
+        merged = {b: list(pins) for b, pins in given.items() if b in self.backends}
+        for backend, pins in self.pins:
+            merged[backend] = list(dict.fromkeys([*merged.get(backend, ()), *pins]))
+        return merged
 
 
 @attrs.frozen
@@ -69,6 +86,7 @@ class Measurement:
             "candidate": self.candidate.label,
             "backends": list(self.candidate.backends),
             "placement": self.candidate.placement,
+            "pins": {backend: list(pins) for backend, pins in self.candidate.pins},
             "delegate_calls": self.delegate_calls,
             "median_us": None if self.latency is None else round(self.latency.median_us, 2),
             "p90_us": None if self.latency is None else round(self.latency.p90_us, 2),
@@ -130,6 +148,9 @@ class Choice:
     partitions: tuple[PartitionTime, ...] = ()  # the chosen program's, traced
     # the chosen program's traced call: whole, and outside its delegate and kernel calls
     traced: dict[str, float] = attrs.field(factory=dict)
+    # the per-region search: regions, their times per option, the choice (composer.regions)
+    regions: dict[str, Any] = attrs.field(factory=dict)
+    never: dict[str, list[str]] = attrs.field(factory=dict)  # the user's pins
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,12 +161,22 @@ class Choice:
             "config": self.config_toml(),
             "partitions": [p.to_dict() for p in self.partitions],
             "traced": dict(self.traced),
+            "regions": dict(self.regions),
+            "never": {b: list(p) for b, p in self.never.items()},
         }
 
     def config_toml(self) -> str:
-        """The lines of composer.toml that reproduce the choice without measuring."""
+        """The lines of composer.toml that reproduce the choice without measuring: the
+        backends, the placement, and the pins (the user's, and a per-region choice's)."""
         backends = ", ".join(f'"{name}"' for name in self.chosen.backends)
-        return f'backends = [{backends}]\nplacement = "{self.chosen.placement}"\n'
+        lines = [f"backends = [{backends}]", f'placement = "{self.chosen.placement}"']
+        never = {b: pins for b, pins in self.chosen.never(self.never).items() if pins}
+        if never:
+            lines.append("[never]")
+            lines += [
+                f"{b} = [{', '.join(json.dumps(p) for p in pins)}]" for b, pins in never.items()
+            ]
+        return "\n".join(lines) + "\n"
 
 
 def candidates(backends: Sequence[str]) -> list[Candidate]:
@@ -161,10 +192,18 @@ def candidates(backends: Sequence[str]) -> list[Candidate]:
 
 
 def choose(measurements: Sequence[Measurement]) -> Candidate:
-    """The fastest timed candidate; the declared order unless beaten by more than MARGIN."""
+    """The fastest timed candidate; the declared order unless beaten by more than MARGIN, and a
+    per-region one only if it beats every whole-program candidate by more than MARGIN."""
     timed = [m for m in measurements if m.latency is not None]
     if not timed:
         return measurements[0].candidate
+    whole = [m.latency.median_us for m in timed if not m.candidate.pins]
+    if whole:
+        timed = [
+            m
+            for m in timed
+            if not m.candidate.pins or m.latency.median_us * (1 + MARGIN) < min(whole)
+        ]
     fastest = min(timed, key=lambda m: m.latency.median_us)
     declared = measurements[0]
     if declared.latency is not None and (
@@ -190,10 +229,18 @@ def measure(
     progress: Callable[[str], None] | None = None,
     cache_dir: Path | None = None,
     hosted: bool = False,
+    plan_candidate: Callable[[Candidate], Any] | None = None,
+    never: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[Choice, dict[Candidate, Any]]:
     """Compose and time every candidate (cached by ``key``); returns the choice and the
-    compositions it made (none when the cache answered). ``hosted``: run every candidate
-    through ``aoti_host`` (a stack with CUDA in it, on a GPU) instead of the runtime."""
+    compositions it made (none when the cache answered).
+
+    ``hosted``: run every candidate through ``aoti_host`` (a stack with CUDA in it, on a
+    GPU) instead of the runtime; the per-region search, which traces with ETDump, is then
+    left out. ``plan_candidate`` plans a candidate without lowering; given, and with two or
+    more backends, a per-region candidate is searched too (composer.regions). ``never`` is
+    the user's pins, which the config that reproduces the choice repeats."""
+    from composer import regions  # imports torch, which the paths that only read a plan skip
     from composer.aoti_host import program_runner
     from composer.errors import ComposerError
 
@@ -203,15 +250,17 @@ def measure(
             progress(f"placement: measurements from the cache ({cached.chosen.label})")
         return cached, {}
     started = time.perf_counter()
+
+    def over_budget() -> bool:
+        return budget_s is not None and time.perf_counter() - started > budget_s
+
     composed: dict[Candidate, Any] = {}
     notes: dict[Candidate, str] = {}
     same: dict[Candidate, str] = {}  # candidate -> digest of its program
     loaded = {}
     failures: list[ComposerError] = []
-    for index, candidate in enumerate(candidates(backends)):
-        if index and budget_s is not None and time.perf_counter() - started > budget_s:
-            notes[candidate] = f"not measured: over the tune budget of {budget_s:g} s"
-            continue
+
+    def compose_and_load(candidate: Candidate) -> None:
         if progress is not None:
             progress(f"placement: composing {candidate.label}")
         try:
@@ -221,7 +270,7 @@ def measure(
             # whole that it cannot take) leaves the others to choose from.
             failures.append(error)
             notes[candidate] = f"not composed: {_first_line(error)}"
-            continue
+            return
         composed[candidate] = composition
         # Candidates that lower to the same bytes are one program: timed once, so that noise
         # cannot rank a program against itself.
@@ -232,9 +281,28 @@ def measure(
                 program.run(inputs)  # checks the inputs once, outside the timing
             except ComposerError as error:
                 notes[candidate] = f"not timed: {_first_line(error)}"
-                continue
+                return
             loaded[digest] = program
         same[candidate] = digest
+
+    listed = candidates(backends)
+    for index, candidate in enumerate(listed):
+        if index and over_budget():
+            notes[candidate] = f"not measured: over the tune budget of {budget_s:g} s"
+            continue
+        compose_and_load(candidate)
+    searched: dict[str, Any] = {}
+    if plan_candidate is not None and len(backends) > 1 and not hosted:
+        if over_budget():
+            searched = {"notes": [f"not searched: over the tune budget of {budget_s:g} s"]}
+        else:
+            mixed, searched = regions.search(
+                compose_candidate, plan_candidate, backends, inputs,
+                over_budget=over_budget, progress=progress, trace_runs=REGION_RUNS,
+            )  # fmt: skip
+            if mixed is not None:
+                listed.append(mixed)
+                compose_and_load(mixed)
     if not composed and failures:
         raise failures[0]
     if progress is not None:
@@ -249,7 +317,7 @@ def measure(
             timed.get(same.get(candidate)),
             notes.get(candidate, ""),
         )
-        for candidate in candidates(backends)
+        for candidate in listed
     )
     chosen = choose(measurements)
     if chosen != measurements[0].candidate:
@@ -258,15 +326,15 @@ def measure(
     traces = {}
     for candidate in [chosen, *(c for c in composed if c != chosen)]:
         digest = same.get(candidate)
-        over = budget_s is not None and time.perf_counter() - started > budget_s
-        if hosted or digest is None or digest in traces or (over and candidate != chosen):
+        if hosted or digest is None or digest in traces or (over_budget() and candidate != chosen):
             continue  # ETDump traces what the runtime runs
         if progress is not None:
             progress(f"placement: tracing {candidate.label}, {TRACE_RUNS} runs (ETDump)")
         traces[digest] = trace(composed[candidate].buffer, inputs, TRACE_RUNS)
     by_candidate = {c: traces[same[c]] for c in composed if traces.get(same.get(c)) is not None}
     partitions, traced = partition_times(chosen, composed, by_candidate)
-    choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced)
+    choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced,
+                    regions=searched, never={b: list(p) for b, p in (never or {}).items()})  # fmt: skip
     _write_cache(cache_dir, key, choice)
     return choice, composed
 
@@ -278,6 +346,10 @@ def _confirm(measurements, chosen, same, loaded, inputs, runs, progress):
     win both rounds."""
     singles = [m.candidate for m in measurements if len(m.candidate.backends) == 1]
     finalists = [measurements[0].candidate, chosen, *singles]
+    if chosen.pins:
+        # A per-region choice must beat the best whole program again, whichever it was.
+        whole = [m for m in measurements if m.latency is not None and not m.candidate.pins]
+        finalists += [min(whole, key=lambda m: m.latency.median_us).candidate] if whole else []
     digests = list(dict.fromkeys(same[c] for c in finalists if c in same))
     if progress is not None:
         progress(f"placement: confirming {chosen.label}, {len(digests)} program(s) again")
@@ -313,35 +385,77 @@ def units(plan) -> list[_Unit]:
 
 
 def unit_latencies(composition, traced: ProgramTrace) -> dict[str, Latency]:
-    """Each unit's traced time: a partition's delegate call, a portable node's kernel call.
+    """Each unit's traced time: a partition's delegate call, a portable node's kernel call
+    (see ``unit_steps``)."""
+    return {name: latency for name, _where, latency in unit_steps(composition, traced) if name}
 
-    The program's graph lists its calls in the order its instructions run them (a delegate
-    call's lowered module keeps the names of the plan nodes it holds); a kernel that is no
-    plan node (a copy ``to_executorch`` inserted) belongs to no unit.
+
+def unit_steps(composition, traced: ProgramTrace) -> list[tuple[str | None, str, Latency]]:
+    """The traced calls in the order they run: (unit name, where it runs, latency).
+
+    The program's graph lists its calls in the order its instructions run them: a delegate
+    call's lowered module keeps the names of the plan nodes it holds. Kernels are matched with
+    the plan's portable nodes by order and op, not by name: ``to_executorch`` renames nodes
+    (mobilenet's third convolution, on portable kernels, became ``aten_convolution_default``,
+    the name of the plan's first, which XNNPACK ran). A kernel that is no plan node (a copy
+    ``to_executorch`` inserted) belongs to no unit (name ``None``). Empty when the graph and
+    the instructions disagree: better no times than wrong ones.
     """
+    from executorch.exir import memory
+
+    from composer.plans import PORTABLE
+
     graph = composition.program.exported_program().graph_module
-    calls = [
-        node
-        for node in graph.graph.nodes
-        if node.op == "call_function"
-        and getattr(node.target, "__name__", "") not in ("getitem", "alloc")
+    nodes = [
+        n
+        for n in graph.graph.nodes
+        if n.op == "call_function" and getattr(n.target, "__name__", "") not in ("getitem", "alloc")
     ]
+    # A view_copy left to portable kernels becomes memory.view, which the emitter turns into
+    # an alias of its input: no instruction runs, so it is timed as nothing.
+    calls = [node for node in nodes if node.target is not memory.view]
     kinds = ["delegate" if _is_delegate_call(n) else "kernel" for n in calls]
     if kinds != [step.kind for step in traced.steps]:
-        return {}  # the graph and the instructions disagree: better no times than wrong ones
+        return []
     plan = composition.plan
     partitions = {p.id: set(p.nodes) for p in plan.partitions}
-    found: dict[str, Latency] = {}
-    for node, step in zip(calls, traced.steps):
+    backend_of = {p.id: p.backend for p in plan.partitions}
+    pending = [n for n in plan.nodes_on(PORTABLE)]  # in graph order, as build_plan lists them
+    steps = iter(traced.steps)
+    free = Latency(0.0, 0.0, traced.execute.runs)
+    found: list[tuple[str | None, str, Latency]] = []
+    for node in nodes:
+        if node.target is memory.view:
+            name = _next_portable(pending, plan.node_ops, "view")
+            if name is not None:
+                found.append((name, PORTABLE, free))
+            continue
+        step = next(steps)
         if step.kind == "delegate":
             lowered = getattr(graph, node.args[0].target)
             inside = {n.name for n in lowered.original_module.graph.nodes}
             best = max(partitions, key=lambda p: len(partitions[p] & inside), default=None)
             if best is not None and partitions[best] & inside:
-                found[best] = step.latency
-        elif plan.node_backends.get(node.name) == "portable":
-            found[node.name] = step.latency
+                found.append((best, backend_of[best], step.latency))
+            else:
+                found.append((None, step.name, step.latency))
+        else:
+            base = getattr(node.target, "__name__", "").split(".")[0]
+            found.append((_next_portable(pending, plan.node_ops, base), PORTABLE, step.latency))
     return found
+
+
+def _next_portable(pending: list[str], ops: Mapping[str, str], kernel: str) -> str | None:
+    """The plan's next portable node (of the next few) whose op the kernel ``kernel`` runs
+    (``convolution`` for ``aten.convolution.default``, ``view`` for ``aten.view_copy``);
+    taken off ``pending`` with the ones it passed. ``None``: an inserted kernel."""
+    for index, name in enumerate(pending[:4]):
+        parts = ops[name].split(".")
+        op = parts[1] if len(parts) >= 3 else ops[name]
+        if op in (kernel, f"{kernel}_copy"):
+            del pending[: index + 1]
+            return name
+    return None
 
 
 def _is_delegate_call(node) -> bool:
@@ -439,6 +553,7 @@ def cache_key(
         "backends": list(backends),
         "settings": {k: _plain(v) for k, v in sorted(settings.items())},
         "runs": runs,
+        "search": "whole programs, then per region",  # what a cached choice was chosen among
         "versions": libraries,
         "machine": [platform.machine(), platform.processor(), os.cpu_count()],
         "threads": torch.get_num_threads(),
@@ -462,7 +577,11 @@ def _read_cache(folder: Path | None, key: str | None) -> Choice | None:
         data = json.loads(path.read_text())
         measurements = tuple(
             Measurement(
-                Candidate(tuple(item["backends"]), item["placement"]),
+                Candidate(
+                    tuple(item["backends"]),
+                    item["placement"],
+                    tuple((b, tuple(p)) for b, p in item.get("pins", {}).items()),
+                ),
                 item["delegate_calls"],
                 None
                 if item["median_us"] is None
@@ -498,9 +617,11 @@ def _read_cache(folder: Path | None, key: str | None) -> Choice | None:
             for item in data["partitions"]
         )
         traced = dict(data["traced"])
+        searched = dict(data.get("regions", {}))
+        never = {b: list(p) for b, p in data.get("never", {}).items()}
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None  # no entry, or one this version cannot read: measure again
-    return Choice(chosen, measurements, True, partitions, traced)
+    return Choice(chosen, measurements, True, partitions, traced, searched, never)
 
 
 def _write_cache(folder: Path | None, key: str | None, choice: Choice) -> None:

@@ -143,9 +143,15 @@ class Plan:
                 "it between delegate and kernel calls"
             )
             lines += [f"    {_describe_time(t)}" for t in timed]
-        config = self.placement.get("config", "").strip().replace("\n", ", ")
-        if config:
-            lines.append(f"  to reproduce without measuring, in composer.toml: {config}")
+        lines += _region_lines(self.placement.get("regions", {}))
+        config = self.placement.get("config", "").strip()
+        if "\n[" in config:  # with a table of pins: as it goes in the file
+            lines.append("  to reproduce without measuring, in composer.toml:")
+            lines += [f"    {line}" for line in config.splitlines()]
+        elif config:
+            lines.append(
+                f"  to reproduce without measuring, in composer.toml: {config.replace(chr(10), ', ')}"
+            )
         return lines
 
     def tolerance(self) -> Tolerance | None:
@@ -217,6 +223,44 @@ class Plan:
             why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
             lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
         return "\n".join(lines)
+
+
+def _region_lines(searched: dict[str, Any]) -> list[str]:
+    """The per-region search (composer.regions): each region's time per option, the choice."""
+    regions = searched.get("regions", ())
+    times = searched.get("region_us", ())
+    chosen = searched.get("chosen", ())
+    if not regions:
+        return [f"  per region: {note}" for note in searched.get("notes", ())]
+    estimate = searched.get("estimated_us")
+    lines = [
+        f"  per region: {len(regions)} regions, each timed on every option (ETDump)"
+        + (
+            ""
+            if estimate is None
+            else f"; chosen by dynamic programming, estimated {estimate:.1f} us"
+        )
+    ]
+    for index, region in enumerate(regions):
+        nodes = region["nodes"]
+        named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
+        cost = times[index] if index < len(times) else {}
+        options = ", ".join(
+            f"{o} {cost[o]:.1f} us" if o in cost else f"{o} not timed" for o in region["options"]
+        )
+        pick = f" -> {chosen[index]}" if index < len(chosen) else ""
+        lines.append(f"    region {index}: {named}: {options}{pick}")
+    calls = searched.get("call_us", {})
+    switches = searched.get("switch_us", {})
+    if calls or switches:
+        lines.append(
+            "    a call's fixed cost: "
+            + (", ".join(f"{b} {us:.1f} us" for b, us in calls.items()) or "-")
+            + f"; a switch: {searched.get('between_us', 0.0):.1f} us"
+            + "".join(f", {pair} +{us:.1f} us" for pair, us in switches.items())
+        )
+    lines += [f"    {note}" for note in searched.get("notes", ())]
+    return lines
 
 
 def _describe_time(timed: dict[str, Any]) -> str:

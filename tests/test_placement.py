@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+
+import attrs
 import pytest
 import torch
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from plugins_for_tests import registry_with
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import placement, zoo
+from composer import BackendSpec, placement, zoo
 from composer.cli import main
-from composer.latency import Latency, program_instructions, trace
+from composer.hookspecs import hookimpl
+from composer.latency import Latency, ProgramTrace, StepTime, program_instructions, trace
 from composer.placement import (
     MARGIN,
     Candidate,
@@ -17,6 +25,20 @@ from composer.placement import (
     choose,
     choose_confirmed,
 )
+from composer.plans import Partition as PlanPartition
+from composer.plans import Plan
+from composer.regions import (
+    Costs,
+    Region,
+    _has_kernel,
+    costs,
+    cut,
+    layouts,
+    pins,
+    portable_kernels,
+    topological_order,
+)
+from composer.regions import choose as choose_regions
 
 
 def test_candidates_are_the_orders_and_each_backend_alone():
@@ -93,10 +115,31 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     assert not placement["cached"]
     assert any(line == "placement: composing xnnpack alone" for line in lines)
     medians = {item["candidate"]: item["median_us"] for item in placement["candidates"]}
-    assert len(medians) == 5 and None not in medians.values()
+    # The five whole programs, then the per-region search's candidate: on cumsum_mlp a
+    # delegate call of OpenVINO's (10 us and more) costs more than any op it could run, so
+    # the search never keeps the declared strict assignment (OpenVINO's relu, cumsum, add).
+    assert list(medians)[-1] == "openvino,xnnpack (per region)"
+    assert len(medians) == 6 and None not in medians.values()
     chosen = medians[placement["chosen"]]
     assert chosen <= min(medians["openvino alone"], medians["xnnpack alone"]) * (1 + MARGIN)
     assert chosen <= medians["openvino,xnnpack (priority)"]
+    # The regions, each timed on every option that takes it, and the choice.
+    searched = placement["regions"]
+    assert [r["nodes"] for r in searched["regions"]] == [
+        ["aten_linear_default"], ["aten_relu_default"], ["aten_cumsum_default"],
+        ["aten_linear_default_1"], ["aten_add_tensor"],
+    ]  # fmt: skip
+    assert searched["regions"][2]["options"] == ["openvino", "portable"]
+    assert all(
+        set(times) == set(region["options"])
+        for region, times in zip(searched["regions"], searched["region_us"])
+    )
+    assert searched["chosen"][2] == "portable" and searched["estimated_us"] > 0
+    layouts_composed = [line for line in lines if line.startswith("placement: regions: composing ")]
+    assert len(layouts_composed) == 7  # 3 for each backend, 1 for the crossings
+    assert any(line.startswith("placement: regions: chose ") for line in lines)
+    assert "per region: 5 regions, each timed on every option" in first.plan.summary_table()
+    assert "    region 2: aten_cumsum_default: openvino " in first.plan.summary_table()
     assert first.verify().ok
     assert "placement: measured, chose " in first.plan.summary_table()
     assert list(cache.glob("placement/*.json"))
@@ -133,21 +176,55 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     assert not third.placement["cached"]
     notes = [item["note"] for item in third.placement["candidates"][1:]]
     assert notes and all(note.startswith("not measured: over the tune budget") for note in notes)
+    assert third.placement["regions"]["notes"] == ["not searched: over the tune budget of 0 s"]
+
+
+def printed_config(out: str) -> list[str]:
+    """The composer.toml lines a measured plan prints: on one line, or as a block with pins."""
+    line = out.split("to reproduce without measuring, in composer.toml:")[1].splitlines()
+    if line[0].strip():
+        return (
+            line[0]
+            .strip()
+            .replace('", "', '",@"')
+            .replace(", ", "\n")
+            .replace("@", " ")
+            .split("\n")
+        )
+    return [item.strip() for item in itertools.takewhile(lambda l: l.startswith("    "), line[1:])]
 
 
 def test_the_cli_prints_the_measurements_and_the_config_that_reproduces_them(
     cache, capsys, tmp_path, monkeypatch
 ):
+    # Whole-program and per-region choices alike: the config printed gives the same plan.
     argv = ["plan", "zoo:cumsum_mlp", "--backends", "openvino,xnnpack"]
     assert main([*argv, "--placement", "measured"]) == 0
     out = capsys.readouterr().out
     assert "placement: measured, chose " in out
-    config = out.split("to reproduce without measuring, in composer.toml: ")[1].splitlines()[0]
     measured_table = out.split("placement: measured")[0]
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "composer.toml").write_text(config.replace(", ", "\n") + "\n")
+    (tmp_path / "composer.toml").write_text("\n".join(printed_config(out)) + "\n")
     assert main(["plan", "zoo:cumsum_mlp"]) == 0
     assert capsys.readouterr().out.startswith(measured_table)
+
+    # A per-region choice is written as node pins, which reproduce it. Whether it wins depends
+    # on this machine's load, so the cached choice is made the per-region candidate (the
+    # measurements stay): a cache hit composes the chosen candidate and measures nothing.
+    (entry,) = cache.glob("placement/*.json")
+    stored = json.loads(entry.read_text())
+    stored["chosen"] = "openvino,xnnpack (per region)"
+    entry.write_text(json.dumps(stored))
+    (tmp_path / "composer.toml").unlink()
+    assert main([*argv, "--placement", "measured"]) == 0
+    out = capsys.readouterr().out
+    assert "placement: measured (from the cache), chose openvino,xnnpack (per region)" in out
+    config = printed_config(out)
+    assert config[:3] == ['backends = ["openvino", "xnnpack"]', 'placement = "strict"', "[never]"]
+    assert any("node:aten_cumsum_default" in line for line in config)
+    (tmp_path / "composer.toml").write_text("\n".join(config) + "\n")
+    assert main(["plan", "zoo:cumsum_mlp"]) == 0
+    assert capsys.readouterr().out.startswith(out.split("placement: measured")[0])
 
 
 def test_cache_info_and_clear(cache, capsys):
@@ -191,23 +268,238 @@ def test_unet_gives_the_backends_parts_each_runs_best():
     assert mixed.ops_on("xnnpack")["aten.convolution.default"] == 8
 
 
-class Upsampler(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+class PlacementCrashBackend(BackendDetails):
+    @staticmethod
+    def preprocess(edge_program, compile_specs) -> PreprocessResult:
+        raise RuntimeError("the compiler crashed")
 
-    def forward(self, x):
-        return self.conv(torch.nn.functional.interpolate(x, scale_factor=2, mode="bilinear"))
+
+class CumsumCrasher:
+    """A CPU backend that takes only cumsum (XNNPACK does not) and whose compiler crashes."""
+
+    spec = BackendSpec("cumsum_crasher", "PlacementCrashBackend")
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_operator_support(self, backend, program):
+        return OpNames(["aten.cumsum.default"])
+
+
+class OpNames(OperatorSupportBase):
+    def __init__(self, names) -> None:
+        self.names = set(names)
+
+    def is_node_supported(self, submodules, node) -> bool:
+        return node.op == "call_function" and composer.op_name(node) in self.names
 
 
 def test_a_candidate_that_fails_to_lower_is_noted_and_the_rest_measured(cache):
-    # OpenVINO alone keeps upsample_bilinear2d whole (its ops_to_not_decompose) but does not
-    # take it, so ExecuTorch refuses that program; with XNNPACK in the stack it lowers.
-    inputs = (torch.randn(1, 4, 8, 8),)
-    plan = composer.plan(Upsampler().eval(), ["xnnpack", "openvino"], inputs,
-                         placement="measured")  # fmt: skip
+    model, inputs = zoo.load("cumsum_mlp")
+    registry = registry_with(CumsumCrasher())
+    plan = composer.plan(model, ["xnnpack", "cumsum_crasher"], inputs, placement="measured",
+                         registry=registry)  # fmt: skip
     found = {item["candidate"]: item for item in plan.placement["candidates"]}
-    assert found["openvino alone"]["note"].startswith("not composed: ")
-    assert found["openvino alone"]["median_us"] is None
-    assert found["xnnpack,openvino (priority)"]["median_us"] is not None
-    assert plan.placement["chosen"] != "openvino alone"
+    failed = ["xnnpack,cumsum_crasher (priority)", "cumsum_crasher alone"]
+    for label in failed:
+        assert found[label]["note"].startswith("not composed: "), found[label]
+        assert "the compiler crashed" in found[label]["note"]
+        assert found[label]["median_us"] is None
+    assert found["xnnpack alone"]["median_us"] is not None
+    assert plan.placement["chosen"] == "xnnpack alone"
+
+
+def test_a_per_region_candidate_must_beat_every_whole_program_by_the_margin():
+    declared = timed(["a", "b"], 100.0)
+    other_order = timed(["b", "a"], 50.0)
+    mixed = Measurement(
+        Candidate(("a", "b"), "strict", (("a", ("node:x",)),)), 1, Latency(49.0, 49.0, 9)
+    )
+    # 2% faster than the best whole program: a guess from parts, within noise of it.
+    assert choose([declared, other_order, mixed]) == other_order.candidate
+    clearly = attrs.evolve(mixed, latency=Latency(40.0, 40.0, 9))
+    assert choose([declared, other_order, clearly]) == clearly.candidate
+    assert clearly.candidate.label == "a,b (per region)"
+
+
+def test_regions_are_intervals_cut_where_the_places_that_can_run_them_change():
+    # a -> b -> c -> d, and e, f beside them: x takes a, b, e, f; y takes b, c; nobody takes d;
+    # f has no portable kernel (as aten.max_pool2d has none in ExecuTorch 1.5.1).
+    support = {
+        "a": frozenset({"x", "portable"}), "b": frozenset({"x", "y", "portable"}),
+        "c": frozenset({"x", "y", "portable"}), "d": frozenset({"portable"}),
+        "e": frozenset({"x", "portable"}), "f": frozenset({"x"}),
+    }  # fmt: skip
+    edges = [("a", "b"), ("b", "c"), ("c", "d")]
+    order = topological_order(["e", "a", "b", "c", "d", "f"], edges)
+    assert order.index("a") < order.index("b") < order.index("c") < order.index("d")
+    found = {r.nodes: r.options for r in cut(order, support, ["x", "y"])}
+    assert found[("b", "c")] == ("x", "y", "portable")
+    assert found[("d",)] == ("portable",)
+    assert found[("f",)] == ("x",)
+    # Long runs are cut in even pieces; too many regions are merged, smallest first.
+    chain = [f"n{i}" for i in range(10)]
+    same = dict.fromkeys(chain, frozenset({"x", "portable"}))
+    assert [len(r.nodes) for r in cut(chain, same, ["x"], max_nodes=4)] == [4, 4, 2]
+    assert [len(r.nodes) for r in cut(chain, same, ["x"], max_nodes=2, max_regions=3)] == [4, 4, 2]
+
+
+def test_only_ops_the_runtime_has_a_kernel_for_may_go_to_portable_kernels():
+    kernels = portable_kernels()
+    assert _has_kernel("aten.linear.default", kernels)
+    assert _has_kernel("aten.upsample_bilinear2d.vec", kernels)
+    assert not _has_kernel("aten.max_pool2d.default", kernels)
+
+
+def test_layouts_time_every_region_on_every_option_then_the_crossings():
+    regions_ = [
+        Region(("a",), ("x", "y", "portable")),
+        Region(("b",), ("x", "portable")),
+        Region(("c",), ("y", "portable")),
+        Region(("d",), ("x", "y", "portable")),
+    ]
+    found = dict(layouts(regions_, ["x", "y"]))
+    assert list(found.values()) == [
+        ("x", "x", "portable", "x"),  # x wherever it can: what merging saves
+        ("x", "portable", "portable", "portable"),  # x's regions, taking turns with portable
+        ("portable", "x", "portable", "x"),
+        ("y", "portable", "y", "y"),
+        ("y", "portable", "y", "portable"),
+        ("portable", "portable", "portable", "y"),
+        ("x", "x", "y", "y"),  # the crossings between x and y
+    ]
+    assert list(found)[-1] == "crossings between x and y"
+    alternating = [a for what, a in found.items() if "taking turns" in what or "regions on" in what]
+    for region, options in zip(regions_, zip(*alternating)):
+        assert set(options) == set(region.options)
+    # A region that cannot run on portable kernels stays on a backend that takes it.
+    only_x = [Region(("a",), ("x", "y", "portable")), Region(("m",), ("x",))]
+    assert {assignment[1] for _what, assignment in layouts(only_x, ["x", "y"])} == {"x"}
+    # Pins that make a strict plan of [x, y] run each region where a layout says.
+    support = {"a": frozenset({"x", "y"}), "b": frozenset({"x"}), "c": frozenset({"y"})}
+    assert pins(regions_, ("y", "portable", "y"), ["x", "y"], support) == {
+        "x": ("node:a", "node:b")
+    }
+    assert pins(regions_, ("portable", "x", "portable"), ["x", "y"], support) == {
+        "x": ("node:a",),
+        "y": ("node:a", "node:c"),
+    }
+
+
+def test_dynamic_programming_weighs_region_times_against_switches_and_calls():
+    regions_ = [Region((n,), ("x", "y", "portable")) for n in "abc"]
+    # y is faster per region, but each switch costs 5 us and x's calls merge (1 us each).
+    measured = Costs(
+        ({"x": 3.0, "y": 1.0, "portable": 9.0}, {"x": 3.0, "y": 9.0, "portable": 9.0},
+         {"x": 3.0, "y": 1.0, "portable": 9.0}),
+        {"x": 1.0, "y": 1.0},
+        5.0,
+    )  # fmt: skip
+    assert choose_regions(regions_, measured) == (("x", "x", "x"), 7.0)
+    cheap_switch = attrs.evolve(measured, between_us=0.0)
+    assert choose_regions(regions_, cheap_switch) == (("y", "x", "y"), 5.0)
+    # A call that runs slower after another backend's (its threads still spinning) counts,
+    # the program's next run included: y, x, y pays it once, x, x, y at the next run's start.
+    slow_after_y = attrs.evolve(cheap_switch, switch_us={("y", "x"): 4.0})
+    assert choose_regions(regions_, slow_after_y) == (("x", "x", "x"), 7.0)
+
+
+def test_a_switch_costs_even_with_portable_kernels_between():
+    regions_ = [Region(("a",), ("x", "y", "portable")), Region(("b",), ("portable",)),
+                Region(("c",), ("x", "portable"))]  # fmt: skip
+    measured = Costs(
+        ({"x": 5.0, "y": 1.0}, {"portable": 1.0}, {"x": 1.0}), {}, 0.0, {("y", "x"): 10.0}
+    )
+    assert choose_regions(regions_, measured) == (("x", "portable", "x"), 7.0)
+
+
+def test_node_pins_reproduce_a_placement_and_unknown_ones_warn():
+    model, inputs = zoo.load("cumsum_mlp")
+    plan = composer.plan(model, ["xnnpack", "openvino"], inputs, placement="strict",
+                         never={"xnnpack": ["node:aten_relu_default"]})  # fmt: skip
+    assert plan.backend_of("aten_relu_default") == "openvino"
+    assert plan.backend_of("aten_linear_default") == "xnnpack"
+    assert ("xnnpack", "pinned off xnnpack by the user (node pin)") in plan.explain(
+        "aten_relu_default"
+    )
+    with pytest.warns(composer.ComposerWarning, match=r"'node:aten_relu' names no node of "
+                      r"this program; did you mean node:aten_relu_default\?"):  # fmt: skip
+        composer.plan(model, ["xnnpack", "openvino"], inputs, placement="strict",
+                      never={"xnnpack": ["node:aten_relu"]})  # fmt: skip
+
+
+def layout_program(assignment, partitions, calls):
+    """A traced layout as ``regions.costs`` reads it: its plan (``partitions``: id -> nodes;
+    every other node of a, b, c on portable kernels) and its calls in order (unit, us)."""
+    taken = {node: pid.split(":")[0] for pid, nodes in partitions.items() for node in nodes}
+    plan = Plan(
+        backends=("x", "y"),
+        node_backends={n: taken.get(n, "portable") for n in "abc"},
+        node_ops=dict.fromkeys("abc", "aten.relu.default"),
+        partitions=tuple(
+            PlanPartition(pid, pid.split(":")[0], "cpu", tuple(nodes), ("aten.relu.default",))
+            for pid, nodes in partitions.items()
+        ),
+        fallbacks=(),
+        delegate_calls=len(partitions),
+        crossings=0,
+        duplicated_constant_bytes=0,
+    )
+    steps = [(unit, unit.split(":")[0] if ":" in unit else "portable", Latency(us, us, 9))
+             for unit, us in calls]  # fmt: skip
+    whole = Latency(sum(us for _unit, us in calls), 0.0, 9)
+    traced = ProgramTrace(tuple(StepTime("kernel", u, lat) for u, _w, lat in steps), whole)
+    return (assignment, plan, steps, traced)
+
+
+def test_costs_separate_a_regions_own_time_from_switches_and_merged_calls():
+    regions_ = [Region(("a",), ("x", "portable")), Region(("b",), ("x", "portable")),
+                Region(("c",), ("x", "y", "portable"))]  # fmt: skip
+    programs = [
+        # x wherever it can: one call for three regions of 4 + 5 + 6 us alone
+        layout_program(("x", "x", "x"), {"x:0": "abc"}, [("x:0", 8.0)]),
+        # x's regions taking turns with portable kernels: each region's own time
+        layout_program(
+            ("x", "portable", "x"),
+            {"x:0": "a", "x:1": "c"},
+            [("x:0", 4.0), ("b", 1.0), ("x:1", 6.0)],
+        ),
+        layout_program(
+            ("portable", "x", "portable"), {"x:0": "b"}, [("a", 2.0), ("x:0", 5.0), ("c", 3.0)]
+        ),
+        layout_program(
+            ("portable", "portable", "y"), {"y:0": "c"}, [("a", 2.0), ("b", 1.0), ("y:0", 7.0)]
+        ),
+        # the crossing: c on y right after b on x, 10 us where it takes 7 after portable
+        layout_program(
+            ("portable", "x", "y"),
+            {"x:0": "b", "y:0": "c"},
+            [("a", 2.0), ("x:0", 5.0), ("y:0", 10.0)],
+        ),
+    ]
+    measured = costs(regions_, programs)
+    assert measured.region_us == (
+        {"x": 4.0, "portable": 2.0},
+        {"portable": 1.0, "x": 5.0},
+        {"x": 6.0, "portable": 3.0, "y": 7.0},
+    )
+    assert measured.call_us == {"x": 3.5, "y": 7.0}  # (4 + 5 + 6 - 8) / 2; y: its one call
+    assert measured.switch_us == {("x", "y"): 3.0}
+
+
+def test_a_region_that_never_ran_alone_is_estimated_from_the_call_that_held_it():
+    # b has no portable kernel: wherever x runs a or c, b's call runs with them on x.
+    regions_ = [Region(("a",), ("x", "portable")), Region(("b",), ("x",)),
+                Region(("c",), ("x", "portable"))]  # fmt: skip
+    programs = [
+        layout_program(("x", "x", "x"), {"x:0": "abc"}, [("x:0", 10.0)]),
+        layout_program(
+            ("portable", "x", "portable"), {"x:0": "b"}, [("a", 2.0), ("x:0", 4.0), ("c", 3.0)]
+        ),
+    ]
+    measured = costs(regions_, programs)
+    # 10 us for the call, 2 calls of 4 us saved, less b's own 4 us: 7 us each for a and c.
+    assert measured.region_us == ({"portable": 2.0, "x": 7.0}, {"x": 4.0},
+                                  {"portable": 3.0, "x": 7.0})  # fmt: skip

@@ -2,7 +2,7 @@
 
 Priority order offers every op to the first backend that takes it. Two things override it,
 both decided here once for the whole stack: the user's pins (``never``: ops a backend must
-not take) and consolidation (a small island moved to the accelerator around it). Each
+not take, or single nodes: ``"node:NAME"``) and consolidation (a small island moved to the accelerator around it). Each
 backend then partitions what it is offered on the program it is given; partition sizes and
 convexity are its own business, so they are not decided here.
 """
@@ -18,6 +18,15 @@ import torch
 
 from composer.errors import ComposerWarning
 from composer.scheduler.consolidate import PORTABLE, islands_to_move
+
+# A pin that names one node of the edge program, not an op: "node:aten_linear_default_2".
+# Measured placement writes its per-region choice this way (composer.regions).
+NODE_PIN = "node:"
+
+
+def node_pin(node: str) -> str:
+    """The pin that keeps the edge-program node named ``node`` off a backend."""
+    return NODE_PIN + node
 
 
 @attrs.frozen
@@ -40,8 +49,8 @@ def assign(
 ) -> Assignment:
     """Assign the ops of one program to the backends of ``order``.
 
-    ``ops`` maps each op's node name to its op name; ``never`` each backend to the op names
-    pinned off it. ``supported`` (each backend's takes, on the same program) turns on
+    ``ops`` maps each op's node name to its op name; ``never`` each backend to the pins that
+    keep ops off it: op names, and node names as ``"node:NAME"``. ``supported`` (each backend's takes, on the same program) turns on
     consolidation over the data ``edges`` between ops, with each backend's device from
     ``devices``; without it, priority order and pins are the whole assignment.
     """
@@ -51,6 +60,8 @@ def assign(
         for node, op in ops.items():
             if op in pinned:
                 withheld[backend][node] = f"pinned off {backend} by the user"
+            elif node_pin(node) in pinned:
+                withheld[backend][node] = f"pinned off {backend} by the user (node pin)"
     if supported is not None:
         offered = {
             backend: supported.get(backend, set()) - withheld[backend].keys() for backend in order
@@ -69,14 +80,19 @@ def assign(
 
 
 def warn_about_pins_naming_no_op(
-    never: Mapping[str, Iterable[str]], in_program: Iterable[str]
+    never: Mapping[str, Iterable[str]], in_program: Iterable[str], nodes: Iterable[str] = ()
 ) -> None:
-    """Warn about each pin that names no op, with the closest op names as a hint."""
+    """Warn about each pin that names no op (or, ``node:NAME``, no node of ``nodes``), with
+    the closest names as a hint."""
     # A pin is an op name; one with a typo (aten.relu for aten.relu.default) would pin
     # nothing, silently. A real op the model does not use is fine: configs are shared.
     in_program = sorted(set(in_program))
+    nodes = sorted(set(nodes))
     for backend, pins in never.items():
         for pin in sorted(set(pins) - set(in_program)):
+            if pin.startswith(NODE_PIN):
+                _warn_about_node_pin(backend, pin, nodes)
+                continue
             if _names_an_op(pin):
                 continue
             close = difflib.get_close_matches(pin, in_program, n=3)
@@ -87,6 +103,23 @@ def warn_about_pins_naming_no_op(
                 ComposerWarning,
                 stacklevel=2,
             )
+
+
+def _warn_about_node_pin(backend: str, pin: str, nodes: Sequence[str]) -> None:
+    # A node pin belongs to one model's edge program (a measured placement wrote it); its
+    # name can change with the model, the stack or the torch version, and then pins nothing.
+    name = pin[len(NODE_PIN) :]
+    if name in nodes:
+        return
+    close = difflib.get_close_matches(name, nodes, n=3)
+    hint = f"; did you mean {', '.join(NODE_PIN + c for c in close)}?" if close else ""
+    warnings.warn(
+        f"the pin never {backend} = {pin!r} names no node of this program{hint} (node names "
+        "are the edge program's, as `composer plan --json` lists them; measure again with "
+        "--placement measured if the model or the stack changed)",
+        ComposerWarning,
+        stacklevel=3,
+    )
 
 
 def _names_an_op(name: str) -> bool:

@@ -124,9 +124,8 @@ class StackSchedule:
         self.edges = tuple(data_edges(graph))
         order = [p.backend.name for p in self.partitioners]
         never = {name: self.never[name] for name in order if name in self.never}
-        warn_about_pins_naming_no_op(
-            never, (op_name(n) for n in graph.nodes if n.op == "call_function")
-        )
+        calls = [n for n in graph.nodes if n.op == "call_function"]
+        warn_about_pins_naming_no_op(never, (op_name(n) for n in calls), (n.name for n in calls))
         devices = {p.backend.name: p.backend.spec.device for p in self.partitioners}
         if not self.consolidate:
             return assign(ops, order, never)
