@@ -90,9 +90,14 @@ class Measurement:
             "delegate_calls": self.delegate_calls,
             "median_us": None if self.latency is None else round(self.latency.median_us, 2),
             "p90_us": None if self.latency is None else round(self.latency.p90_us, 2),
+            # The fastest call, which the choice ranks by (composer.latency.interleaved).
+            "best_us": _rounded(None if self.latency is None else self.latency.best_us),
             "note": self.note,
             "confirmed_median_us": (
                 None if self.confirmed is None else round(self.confirmed.median_us, 2)
+            ),
+            "confirmed_best_us": _rounded(
+                None if self.confirmed is None else self.confirmed.best_us
             ),
         }
 
@@ -197,17 +202,17 @@ def choose(measurements: Sequence[Measurement]) -> Candidate:
     timed = [m for m in measurements if m.latency is not None]
     if not timed:
         return measurements[0].candidate
-    whole = [m.latency.median_us for m in timed if not m.candidate.pins]
+    whole = [m.latency.rank_us for m in timed if not m.candidate.pins]
     if whole:
         timed = [
             m
             for m in timed
-            if not m.candidate.pins or m.latency.median_us * (1 + MARGIN) < min(whole)
+            if not m.candidate.pins or m.latency.rank_us * (1 + MARGIN) < min(whole)
         ]
-    fastest = min(timed, key=lambda m: m.latency.median_us)
+    fastest = min(timed, key=lambda m: m.latency.rank_us)
     declared = measurements[0]
     if declared.latency is not None and (
-        declared.latency.median_us <= fastest.latency.median_us * (1 + MARGIN)
+        declared.latency.rank_us <= fastest.latency.rank_us * (1 + MARGIN)
     ):
         return declared.candidate
     return fastest.candidate
@@ -349,7 +354,7 @@ def _confirm(measurements, chosen, same, loaded, inputs, runs, progress):
     if chosen.pins:
         # A per-region choice must beat the best whole program again, whichever it was.
         whole = [m for m in measurements if m.latency is not None and not m.candidate.pins]
-        finalists += [min(whole, key=lambda m: m.latency.median_us).candidate] if whole else []
+        finalists += [min(whole, key=lambda m: m.latency.rank_us).candidate] if whole else []
     digests = list(dict.fromkeys(same[c] for c in finalists if c in same))
     if progress is not None:
         progress(f"placement: confirming {chosen.label}, {len(digests)} program(s) again")
@@ -360,6 +365,10 @@ def _confirm(measurements, chosen, same, loaded, inputs, runs, progress):
         else m
         for m in measurements
     )
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def _first_line(error: Exception) -> str:
@@ -585,12 +594,15 @@ def _read_cache(folder: Path | None, key: str | None) -> Choice | None:
                 item["delegate_calls"],
                 None
                 if item["median_us"] is None
-                else Latency(item["median_us"], item["p90_us"], data["runs"]),
+                else Latency(item["median_us"], item["p90_us"], data["runs"], item.get("best_us")),
                 item["note"],
                 None
                 if item.get("confirmed_median_us") is None
                 else Latency(
-                    item["confirmed_median_us"], item["confirmed_median_us"], data["runs"]
+                    item["confirmed_median_us"],
+                    item["confirmed_median_us"],
+                    data["runs"],
+                    item.get("confirmed_best_us"),
                 ),
             )
             for item in data["candidates"]
