@@ -65,12 +65,15 @@ class Stack:
       ``"a,b"`` is split at the commas.
     - ``options``: ``{"cuda": {"max_autotune": "OFF"}}``, checked against the options each
       plugin declares when the stack is resolved (:meth:`with_defaults`).
-    - ``never``: pins, the ops (``aten.NAME.OVERLOAD``) a backend must not take.
+    - ``never``: pins, the ops (``aten.NAME.OVERLOAD``) a backend must not take, or single
+      nodes of the edge program (``node:NAME``), as measured placement writes its choice.
     - ``min_partition_size``: overrides a backend's own smallest partition.
     - ``placement``: ``"priority"`` gives every op to the first backend that takes it, except
       a small host island between an accelerator's partitions, which joins the accelerator;
       ``"strict"`` makes no exception; ``"measured"`` times candidates on this machine
-      (:mod:`composer.placement`), composing them for at most ``tune_budget`` seconds.
+      (:mod:`composer.placement`): the declared order, the other orders, each backend alone
+      and a per-region assignment (:mod:`composer.regions`), composing them for at most
+      ``tune_budget`` seconds, and keeps the fastest.
     """
 
     backends: tuple[str, ...] = attrs.field(converter=_names)
