@@ -50,6 +50,10 @@ MANIFEST_DTYPES = {
 MANIFEST_DEVICES = {0: "cpu", 1: "cuda"}
 _ENTRY_FIXED = struct.Struct("<QiiqI")  # storage_nbytes, dtype, device_type, offset, ndim
 _TORCH_LIBS = ("libc10.so", "libtorch_cpu.so", "libc10_cuda.so", "libtorch_cuda.so")
+# The torch ExecuTorch 1.5.1's pip runtime is built against. Under another (the GPU machine
+# has 2.11) its tensor conversions break: "tensor does not have a device", XNNPACK's
+# "invalid_parameter" for weights it reads.
+RUNTIME_TORCH = "2.13."
 
 
 class ManifestFormatError(ComposerError):
@@ -385,7 +389,11 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
             replacement = CompiledCudaDelegate(manifest, data, host, single)
         else:
             replacement, why = None, f"the pip runtime has no {lowered.backend_id}"
-            if lowered.backend_id in in_runtime:
+            if not torch.__version__.startswith(RUNTIME_TORCH):
+                why = (
+                    f"the pip runtime is built for torch {RUNTIME_TORCH}x, not {torch.__version__}"
+                )
+            elif lowered.backend_id in in_runtime:
                 try:
                     # From the composition's own lowered module: on the GPU machine's torch,
                     # one deep-copied for the module here serialized without its weights
