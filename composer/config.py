@@ -95,6 +95,23 @@ def load_config(path: Path | None) -> dict[str, Any]:
         return {}
     data = _read(path)
     table = data.get("tool", {}).get("composer", {}) if path.name == "pyproject.toml" else data
+    return _fields(table, path)
+
+
+def stack_from_text(text: str, where: str = "the config text") -> Stack:
+    """The stack that composer.toml text sets: e.g. what measured placement prints to reproduce
+    its choice (``plan.placement["config"]``), to compose or check with it without measuring."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ComposerError(f"cannot read {where}: {error}") from error
+    fields = _fields(table, where)
+    if not fields.get("backends"):
+        raise ComposerError(f"{where} names no backends.")
+    return Stack(**fields)
+
+
+def _fields(table: dict[str, Any], path: Path | str) -> dict[str, Any]:
     unknown = set(table) - KEYS
     if unknown:
         raise ComposerError(
@@ -134,19 +151,19 @@ def _read(path: Path) -> dict[str, Any]:
         raise ComposerError(f"cannot read {path}: {error}") from error
 
 
-def _table(value: Any, path: Path, key: str) -> dict[str, Any]:
+def _table(value: Any, path: Path | str, key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ComposerError(f"{path}: {key} must be a table.")
     return value
 
 
-def _strings(value: Any, path: Path, key: str) -> list[str]:
+def _strings(value: Any, path: Path | str, key: str) -> list[str]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ComposerError(f"{path}: {key} must be a list of strings.")
     return list(value)
 
 
-def _placement(table: dict[str, Any], path: Path) -> str:
+def _placement(table: dict[str, Any], path: Path | str) -> str:
     placement = table.get("placement", "priority")
     if placement not in PLACEMENTS:
         raise ComposerError(
@@ -162,13 +179,13 @@ def _placement(table: dict[str, Any], path: Path) -> str:
     return placement
 
 
-def _boolean(value: Any, path: Path) -> bool:
+def _boolean(value: Any, path: Path | str) -> bool:
     if not isinstance(value, bool):
         raise ComposerError(f"{path}: consolidate must be true or false.")
     return value
 
 
-def _positive(value: Any, path: Path, key: str) -> int:
+def _positive(value: Any, path: Path | str, key: str) -> int:
     if not isinstance(value, int) or value < 1:
         raise ComposerError(f"{path}: min_partition_size.{key} must be a whole number >= 1.")
     return value

@@ -24,6 +24,7 @@ import pytest
 
 if TYPE_CHECKING:
     from composer.plans import Plan
+    from composer.stack import Stack
 
 # pytest loads this plugin in every run wherever composer is installed: composer's own modules
 # (and through them torch and ExecuTorch) are imported inside the functions that use them.
@@ -170,7 +171,7 @@ class CompositionChecker:
     def __call__(
         self,
         model,
-        backends: str | Sequence[str],
+        backends: Stack | str | Sequence[str],  # a Stack, or backends with its fields below
         example_inputs: Sequence[Any] | None = None,
         *,
         golden: str | None = None,
@@ -178,9 +179,19 @@ class CompositionChecker:
     ) -> CheckResult:
         import composer
         from composer.registry import default_registry
+        from composer.stack import Stack
 
+        stack = Stack.of(backends, **{k: v for k, v in settings.items() if k != "cache"})
+        if stack.placement == "measured":
+            pytest.fail(
+                "composer_check pins an assignment, and measured placement chooses anew on "
+                "every machine and run. Measure once, then check with the config it prints: "
+                'composer.config.stack_from_text(plan.placement["config"]), or the same '
+                "lines in composer.toml read with composer.config.stack_from(path).",
+                pytrace=False,
+            )
         registry = default_registry()
-        resolved = registry.resolve(backends)
+        resolved = registry.resolve(stack.backends)
         lowerable = all(registry.unavailable_reason(b) is None for b in resolved)
         if lowerable:
             composition = composer.compose(model, backends, example_inputs, **settings)

@@ -15,6 +15,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 import composer
 from composer import BackendSpec, placement, zoo
 from composer.cli import main
+from composer.config import stack_from_text
 from composer.hookspecs import hookimpl
 from composer.latency import Latency, ProgramTrace, StepTime, program_instructions, trace
 from composer.placement import (
@@ -503,3 +504,16 @@ def test_a_region_that_never_ran_alone_is_estimated_from_the_call_that_held_it()
     # 10 us for the call, 2 calls of 4 us saved, less b's own 4 us: 7 us each for a and c.
     assert measured.region_us == ({"portable": 2.0, "x": 7.0}, {"x": 4.0},
                                   {"portable": 3.0, "x": 7.0})  # fmt: skip
+
+
+def test_a_measured_choice_is_pinned_by_the_config_it_prints(cache, composer_check):
+    model, inputs = zoo.load("cumsum_mlp")
+    measured = composer.plan(model, "xnnpack,openvino", inputs, placement="measured")
+    stack = stack_from_text(measured.placement["config"])
+    assert stack.placement != "measured"
+    # What composer_check (and its golden plan) sees: the measured assignment, not measuring.
+    result = composer_check(model, stack, inputs)
+    assert result.plan.node_backends == measured.node_backends
+    assert not result.plan.placement
+    with pytest.raises(pytest.fail.Exception, match="Measure once, then check with the config"):
+        composer_check(model, "xnnpack,openvino", inputs, placement="measured")
