@@ -197,22 +197,25 @@ def candidates(backends: Sequence[str]) -> list[Candidate]:
 
 
 def choose(measurements: Sequence[Measurement]) -> Candidate:
-    """The fastest timed candidate; the declared order unless beaten by more than MARGIN, and a
-    per-region one only if it beats every whole-program candidate by more than MARGIN."""
+    """The fastest timed candidate by median; the declared order unless beaten by more than
+    MARGIN, and a per-region one only if it beats every whole-program candidate by more than
+    MARGIN. Not by the fastest call (``Latency.rank_us``): a mixed XNNPACK/OpenVINO program
+    of unet had a lucky fastest call (271 us) below OpenVINO alone's (288 us), while its
+    median was 397 against 316 and 664 against 305 in the second round."""
     timed = [m for m in measurements if m.latency is not None]
     if not timed:
         return measurements[0].candidate
-    whole = [m.latency.rank_us for m in timed if not m.candidate.pins]
+    whole = [m.latency.median_us for m in timed if not m.candidate.pins]
     if whole:
         timed = [
             m
             for m in timed
-            if not m.candidate.pins or m.latency.rank_us * (1 + MARGIN) < min(whole)
+            if not m.candidate.pins or m.latency.median_us * (1 + MARGIN) < min(whole)
         ]
-    fastest = min(timed, key=lambda m: m.latency.rank_us)
+    fastest = min(timed, key=lambda m: m.latency.median_us)
     declared = measurements[0]
     if declared.latency is not None and (
-        declared.latency.rank_us <= fastest.latency.rank_us * (1 + MARGIN)
+        declared.latency.median_us <= fastest.latency.median_us * (1 + MARGIN)
     ):
         return declared.candidate
     return fastest.candidate
@@ -354,7 +357,7 @@ def _confirm(measurements, chosen, same, loaded, inputs, runs, progress):
     if chosen.pins:
         # A per-region choice must beat the best whole program again, whichever it was.
         whole = [m for m in measurements if m.latency is not None and not m.candidate.pins]
-        finalists += [min(whole, key=lambda m: m.latency.rank_us).candidate] if whole else []
+        finalists += [min(whole, key=lambda m: m.latency.median_us).candidate] if whole else []
     digests = list(dict.fromkeys(same[c] for c in finalists if c in same))
     if progress is not None:
         progress(f"placement: confirming {chosen.label}, {len(digests)} program(s) again")
