@@ -395,11 +395,7 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
                 )
             elif lowered.backend_id in in_runtime:
                 try:
-                    # From the composition's own lowered module: on the GPU machine's torch,
-                    # one deep-copied for the module here serialized without its weights
-                    # (XNNPACK: "Failed to create linear node ... invalid_parameter").
-                    original = getattr(composition.reference, lowered_node.target, lowered)
-                    replacement = RuntimeDelegate(original, host, single)
+                    replacement = RuntimeDelegate(lowered, host, single)
                     name = f"{lowered_node.target}_in_runtime"
                 except ComposerError as error:
                     # Said, not hidden: its time would be Python's.
