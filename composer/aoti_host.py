@@ -290,22 +290,49 @@ class CompiledCudaDelegate(torch.nn.Module):
 
 
 class RuntimeDelegate(torch.nn.Module):
-    """One delegate of a backend the ExecuTorch pip runtime has, run there as a program of
-    its own (``LoweredBackendModule.buffer()``): its backend's compiled code, not its subgraph
-    in Python. Inputs go to the CPU; outputs come back to ``host``."""
+    """One delegate of a backend an ExecuTorch runtime here has, run there as a program of its
+    own (``LoweredBackendModule.buffer()``): its backend's compiled code, not its subgraph in
+    Python. Inputs go to the CPU; outputs come back to ``host``.
+
+    The pip runtime runs it under the torch it is built for (``RUNTIME_TORCH``); under another,
+    the torch-free runtime (:mod:`composer.torch_free_runtime`) where installed. ``runtime``
+    names the one that runs it. Raises ComposerError saying why where neither can.
+    """
 
     def __init__(self, lowered, host: str, single_output: bool) -> None:
-        from composer.runtime import LoadedProgram
-
         super().__init__()
         self.host, self.single_output = host, single_output
-        self.program = LoadedProgram(lowered.buffer())
-        self._execute = self.program.method.execute
+        # The loaded program must outlive its method: _program keeps it.
+        self._program, self._execute, self.runtime = _delegate_method(lowered)
 
     def forward(self, *inputs: torch.Tensor):
         outputs = self._execute([t.cpu() for t in inputs])
         outputs = tuple(t if self.host == "cpu" else t.to(self.host) for t in outputs)
         return outputs[0] if self.single_output else outputs
+
+
+def _delegate_method(lowered):
+    """One delegate's program loaded here, its execute function and the runtime's name; or
+    ComposerError saying why it cannot be."""
+    from composer import torch_free_runtime
+    from composer.runtime import LoadedProgram, registered_backends
+
+    backend = lowered.backend_id
+    if torch.__version__.startswith(RUNTIME_TORCH):
+        if backend not in registered_backends():
+            raise ComposerError(f"the pip runtime has no {backend}")
+        program = LoadedProgram(lowered.buffer())
+        return program, program.method.execute, "executorch"
+    if backend in torch_free_runtime.backends():
+        method = torch_free_runtime.TorchFreeMethod(lowered.buffer())
+        name = f"{torch_free_runtime.DISTRIBUTION} (ExecuTorch {torch_free_runtime.version()})"
+        return method, method.execute, name
+    raise ComposerError(
+        f"the pip runtime is built for torch {RUNTIME_TORCH}x, not {torch.__version__}, and "
+        f"{torch_free_runtime.DISTRIBUTION}, which links no torch, "
+        + ("has no " + backend if torch_free_runtime.backends() else "is not installed")
+        + " (pip install it; it needs Python 3.12)"
+    )
 
 
 def _is_delegate_call(node: torch.fx.Node) -> bool:
@@ -359,7 +386,7 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
     outputs there). Raises ComposerError where host_unavailable_reason() says why the GPU
     part cannot run; a program without CUDA delegates runs on a CPU host anywhere.
     """
-    from composer.runtime import program_backend_ids, registered_backends
+    from composer.runtime import program_backend_ids
 
     if host not in ("cpu", "cuda"):
         raise ComposerError(f"host must be 'cpu' or 'cuda', not {host!r}.")
@@ -368,13 +395,13 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
         host == "cuda" or CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
     ):
         raise ComposerError(f"cannot run the compiled CUDA delegates here: {reason}.")
-    in_runtime = registered_backends()
     module = (
         reference_on(composition, "cuda")
         if host == "cuda"
         else copy.deepcopy(composition.reference)
     )
     module.meta["in_python"] = []  # (delegate, why) for those that ran as subgraphs
+    module.meta["in_runtime"] = []  # (delegate, the runtime that ran its compiled code)
     data = named_data(composition.buffer, composition.data_files)
     graph = module.graph
     for node in list(graph.nodes):
@@ -388,18 +415,13 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
             name = f"{lowered_node.target}_compiled"
             replacement = CompiledCudaDelegate(manifest, data, host, single)
         else:
-            replacement, why = None, f"the pip runtime has no {lowered.backend_id}"
-            if not torch.__version__.startswith(RUNTIME_TORCH):
-                why = (
-                    f"the pip runtime is built for torch {RUNTIME_TORCH}x, not {torch.__version__}"
-                )
-            elif lowered.backend_id in in_runtime:
-                try:
-                    replacement = RuntimeDelegate(lowered, host, single)
-                    name = f"{lowered_node.target}_in_runtime"
-                except ComposerError as error:
-                    # Said, not hidden: its time would be Python's.
-                    why = f"the runtime refused it alone: {str(error).splitlines()[0]}"
+            try:
+                replacement = RuntimeDelegate(lowered, host, single)
+                name = f"{lowered_node.target}_in_runtime"
+                module.meta["in_runtime"].append((lowered_node.target, replacement.runtime))
+            except ComposerError as error:
+                # Said, not hidden: its time would be Python's.
+                replacement, why = None, str(error).splitlines()[0]
             if replacement is None:
                 module.meta["in_python"].append((lowered_node.target, why))
                 # What executorch_call_delegate runs in Python, unlifted once, not per call.

@@ -77,6 +77,9 @@ def _executor(composition: Composition):
                    "its subgraph")  # fmt: skip
             # A fresh module per verify: it holds the loaded .so and its own buffer state.
             module = aoti_host.aoti_hosted(composition)
+            elsewhere = sorted({name for _, name in module.meta["in_runtime"]} - {"executorch"})
+            if elsewhere:
+                why += f" (in {', '.join(elsewhere)})"
             in_python = module.meta["in_python"]
             if in_python:
                 why += f" ({len(in_python)} ran as subgraphs: {in_python[0][1]})"

@@ -20,7 +20,7 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import PreprocessResult
 
 import composer
-from composer import aoti_host, zoo
+from composer import aoti_host, torch_free_runtime, zoo
 from composer.aoti_host import ManifestFormatError, parse_manifest
 from composer.errors import ComposerError
 from composer.runtime import LoadedProgram
@@ -216,6 +216,26 @@ def test_delegates_of_backends_the_runtime_has_run_there(model_name):
     assert ok, f"max |hosted - eager| = {worst}"
 
 
+def test_under_another_torch_a_delegate_without_a_runtime_says_why(monkeypatch):
+    """Under a torch the pip runtime is not built for, and without the torch-free runtime
+    (it needs Python 3.12), a delegate runs as its subgraph, and the plan says why."""
+    if torch_free_runtime.backends():
+        pytest.skip("the torch-free runtime is installed here")
+    monkeypatch.setattr(aoti_host, "RUNTIME_TORCH", "0.0.")
+    model, inputs = zoo.load("mlp")
+    composition = composer.compose(model, ["xnnpack"], inputs)
+    hosted = aoti_host.aoti_hosted(composition)
+    assert hosted.meta["in_runtime"] == []
+    [(_, why)] = hosted.meta["in_python"]
+    assert why == (
+        f"the pip runtime is built for torch 0.0.x, not {torch.__version__}, and "
+        "executorch-numpy-runtime, which links no torch, is not installed (pip install it; it "
+        "needs Python 3.12)"
+    )
+    with pytest.raises(ComposerError, match="1 delegate.s. would run as Python subgraphs"):
+        aoti_host.program_runner(composition, hosted=True)
+
+
 def test_a_hosted_program_offers_what_a_loaded_one_does():
     """How measured placement times every candidate of a stack with CUDA in it."""
     model, inputs = zoo.load("cumsum_mlp")
@@ -280,16 +300,20 @@ def test_compiled_delegates_match_eager(model_name, stack, host):
 
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.xfail(
-    strict=False,
-    reason="the GPU machine has torch 2.11, and the pip runtime (built for 2.13) fails there "
-    "on an XNNPACK delegate's program of its own: invalid_parameter, 'tensor does not have a "
-    "device'; such delegates run as their subgraphs",
-)
-def test_xnnpack_delegates_run_in_the_runtime_on_the_gpu_machine():
+def test_xnnpack_delegates_run_in_a_runtime_on_the_gpu_machine():
+    """The GPU machine's torch is not the pip runtime's: there the delegates run in the
+    torch-free runtime, their compiled code still, not as Python subgraphs."""
     composition = _composed("transformer_block", ("xnnpack", "cuda"))
     hosted = aoti_host.aoti_hosted(composition)
     assert hosted.meta["in_python"] == []
+    runtimes = {name for _, name in hosted.meta["in_runtime"]}
+    assert len(hosted.meta["in_runtime"]) == len(composition.plan.partitions_of("xnnpack")) > 0
+    if not torch.__version__.startswith(aoti_host.RUNTIME_TORCH):
+        assert runtimes == {"executorch-numpy-runtime (ExecuTorch 1.3.1)"}
+    inputs = composition.example_inputs
+    with torch.no_grad():
+        ok, worst = compare(flatten_tensors(hosted(*inputs)), composition.eager(*inputs))
+    assert ok, worst
 
 
 @pytest.mark.gpu
