@@ -6,7 +6,8 @@
 For each model, ``composer.compose(..., placement="measured")`` composes the candidates (the
 declared order with priority and strict placement, the other order, each backend alone) and
 times them together, interleaved: every candidate runs hosted (``composer.aoti_host``: CUDA
-delegates as their compiled .so, XNNPACK delegates in the pip runtime, the glue in Python).
+delegates as their compiled .so, XNNPACK delegates in an ExecuTorch runtime (the torch-free
+executorch-numpy-runtime under the GPU machine's torch 2.11), the glue in Python).
 Prints each candidate's median and the choice against the best single backend.
 """
 

@@ -5,7 +5,8 @@
 # device README): executorch 1.5.1 (cp312 manylinux_2_28), torchao 0.18.0 (the XNNPACK
 # partitioner imports it), ruamel.yaml 0.19.1, hydra-core 1.3.8, omegaconf 2.3.1,
 # antlr4-python3-runtime 4.9.3 (made with `pip wheel --no-deps`), expecttest 0.3.0,
-# parameterized 0.9.0, kgb 7.3, tabulate 0.10.0; pluggy, attrs, flatbuffers, hypothesis were
+# parameterized 0.9.0, kgb 7.3, tabulate 0.10.0, executorch-numpy-runtime 1.4.0 (the torch-free
+# runtime that runs XNNPACK delegates beside CUDA ones under torch 2.11); pluggy, attrs, flatbuffers, hypothesis were
 # already there.
 # Usage: source bench/gpu_setup.sh
 # Then: python3 bench/gpu_check.py, or python3 -m pytest tests/test_gpu.py -m gpu -p no:hydra_pytest

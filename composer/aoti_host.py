@@ -50,10 +50,6 @@ MANIFEST_DTYPES = {
 MANIFEST_DEVICES = {0: "cpu", 1: "cuda"}
 _ENTRY_FIXED = struct.Struct("<QiiqI")  # storage_nbytes, dtype, device_type, offset, ndim
 _TORCH_LIBS = ("libc10.so", "libtorch_cpu.so", "libc10_cuda.so", "libtorch_cuda.so")
-# The torch ExecuTorch 1.5.1's pip runtime is built against. Under another (the GPU machine
-# has 2.11) its tensor conversions break: "tensor does not have a device", XNNPACK's
-# "invalid_parameter" for weights it reads.
-RUNTIME_TORCH = "2.13."
 
 
 class ManifestFormatError(ComposerError):
@@ -294,7 +290,7 @@ class RuntimeDelegate(torch.nn.Module):
     own (``LoweredBackendModule.buffer()``): its backend's compiled code, not its subgraph in
     Python. Inputs go to the CPU; outputs come back to ``host``.
 
-    The pip runtime runs it under the torch it is built for (``RUNTIME_TORCH``); under another,
+    The pip runtime runs it under the torch it is built for (``runtime.BUILT_FOR_TORCH``); under another,
     the torch-free runtime (:mod:`composer.torch_free_runtime`) where installed. ``runtime``
     names the one that runs it. Raises ComposerError saying why where neither can.
     """
@@ -315,10 +311,11 @@ def _delegate_method(lowered):
     """One delegate's program loaded here, its execute function and the runtime's name; or
     ComposerError saying why it cannot be."""
     from composer import torch_free_runtime
-    from composer.runtime import LoadedProgram, registered_backends
+    from composer.runtime import LoadedProgram, registered_backends, torch_mismatch
 
     backend = lowered.backend_id
-    if torch.__version__.startswith(RUNTIME_TORCH):
+    mismatch = torch_mismatch()
+    if mismatch is None:
         if backend not in registered_backends():
             raise ComposerError(f"the pip runtime has no {backend}")
         program = LoadedProgram(lowered.buffer())
@@ -328,8 +325,7 @@ def _delegate_method(lowered):
         name = f"{torch_free_runtime.DISTRIBUTION} (ExecuTorch {torch_free_runtime.version()})"
         return method, method.execute, name
     raise ComposerError(
-        f"the pip runtime is built for torch {RUNTIME_TORCH}x, not {torch.__version__}, and "
-        f"{torch_free_runtime.DISTRIBUTION}, which links no torch, "
+        f"{mismatch}, and {torch_free_runtime.DISTRIBUTION}, which links no torch, "
         + ("has no " + backend if torch_free_runtime.backends() else "is not installed")
         + " (pip install it; it needs Python 3.12)"
     )
@@ -416,7 +412,10 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
             replacement = CompiledCudaDelegate(manifest, data, host, single)
         else:
             try:
-                replacement = RuntimeDelegate(lowered, host, single)
+                # From the reference's own module: reference_on moved this one's program to
+                # the GPU, and its buffer() would serialize that.
+                source = getattr(composition.reference, lowered_node.target, lowered)
+                replacement = RuntimeDelegate(source, host, single)
                 name = f"{lowered_node.target}_in_runtime"
                 module.meta["in_runtime"].append((lowered_node.target, replacement.runtime))
             except ComposerError as error:

@@ -19,7 +19,7 @@ from composer.cache import DamagedEntryWarning, Store, cache_dir, cache_enabled
 from composer.errors import BackendListError, ComposerError, ComposerWarning, ModelError
 from composer.plans import Plan
 from composer.registry import Registry, default_registry
-from composer.runtime import program_backend_ids, registered_backends
+from composer.runtime import program_backend_ids, registered_backends, torch_mismatch
 from composer.stack import Stack
 
 if TYPE_CHECKING:
@@ -419,7 +419,11 @@ class Composition:
         return target
 
     def runtime_can_run(self) -> tuple[bool, str]:
-        """Whether the ExecuTorch runtime here has every delegate's backend registered."""
+        """Whether the ExecuTorch runtime here can run this program: built for this torch,
+        with every delegate's backend registered."""
+        mismatch = torch_mismatch()
+        if mismatch is not None:
+            return False, mismatch
         missing = sorted(self.delegate_backend_ids() - registered_backends())
         if missing:
             return False, f"the runtime has no {', '.join(missing)}"

@@ -60,6 +60,18 @@ class NativeLog:
         return " | ".join(wanted[-3:])
 
 
+# The torch ExecuTorch 1.5.1's pip runtime is built against and links (libtorch_cpu).
+BUILT_FOR_TORCH = "2.13."
+
+
+def torch_mismatch() -> str | None:
+    """Why the pip runtime is not used with this torch, or None where it is the one it is
+    built for. (Under torch 2.11 on the GPU machine its XNNPACK delegates failed to load.)"""
+    if torch.__version__.startswith(BUILT_FOR_TORCH):
+        return None
+    return f"the pip runtime is built for torch {BUILT_FOR_TORCH}x, not {torch.__version__}"
+
+
 def registered_backends() -> set[str]:
     from executorch.runtime import Runtime
 

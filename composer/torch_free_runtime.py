@@ -1,16 +1,23 @@
 """One delegate's program run in ``executorch-numpy-runtime``, an ExecuTorch runtime that
 links no torch.
 
-ExecuTorch 1.5.1's pip runtime converts tensors through the torch 2.13 it is built against;
-under another torch (the GPU machine has 2.11) its XNNPACK delegates fail or compute garbage.
-This runtime takes numpy arrays instead, so a delegate still runs its backend's compiled code
-there. It is ExecuTorch 1.3.1's C++ core with XNNPACK and portable kernels: a 1.5.1 delegate
+ExecuTorch 1.5.1's pip runtime links the libtorch it is built against (2.13), so composer
+does not use it under another torch (the GPU machine has 2.11). This runtime takes numpy
+arrays instead, so a delegate still runs its backend's compiled code there. It is ExecuTorch 1.3.1's C++ core with XNNPACK and portable kernels: a 1.5.1 delegate
 it cannot load raises ComposerError, and nothing assumes that it can.
+
+It is imported with ``RTLD_DEEPBIND``: the CUDA host (:mod:`composer.aoti_host`) makes
+libtorch_cpu's symbols global for the compiled ``.so``, and libtorch_cpu exports an XNNPACK of
+its own (334 ``xnn_*`` functions in torch 2.11). Bound to that one, another version, the
+runtime's XNNPACK refused every delegate ("Failed to create linear node 1 with code:
+xnn_status_invalid_parameter"); bound to its own first, it ran them (seen on the H100).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 
 import numpy as np
 import torch
@@ -21,30 +28,39 @@ DISTRIBUTION = "executorch-numpy-runtime"
 
 
 @functools.cache
+def _runtime():
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(os.RTLD_NOW | os.RTLD_DEEPBIND)
+    try:
+        import executorch_numpy_runtime
+    finally:
+        sys.setdlopenflags(flags)
+    return executorch_numpy_runtime
+
+
+@functools.cache
 def backends() -> frozenset[str]:
     """The delegate backends the torch-free runtime has; empty where it is not installed (it
     needs Python 3.12)."""
     try:
-        import executorch_numpy_runtime as runtime
+        runtime = _runtime()
     except ImportError:
         return frozenset()
     return frozenset(runtime.runtime_info()["backends"])
 
 
 def version() -> str:
-    import executorch_numpy_runtime as runtime
-
-    return runtime.runtime_info()["executorch_version"]
+    return _runtime().runtime_info()["executorch_version"]
 
 
 class TorchFreeMethod:
     """``forward`` of one program, loaded in the torch-free runtime; called with tensors."""
 
     def __init__(self, program: bytes) -> None:
-        import executorch_numpy_runtime as runtime
-
         try:
-            self._method = runtime.Runtime.get().load_program(bytes(program)).load_method("forward")
+            self._method = (
+                _runtime().Runtime.get().load_program(bytes(program)).load_method("forward")
+            )
         except Exception as error:
             raise ComposerError(
                 f"{DISTRIBUTION} (ExecuTorch {version()}) cannot load it: {error}"

@@ -64,13 +64,14 @@ def verify(composition: Composition, inputs: Sequence[Any] | None = None) -> Ver
 def _executor(composition: Composition):
     """(executor name, why it was chosen, a function running the program on inputs)."""
     from composer import aoti_host
-    from composer.runtime import run_program
+    from composer.runtime import run_program, torch_mismatch
 
     can_run, reason = composition.runtime_can_run()
     if can_run:
         return RUNTIME, reason, lambda inputs: run_program(composition.buffer, inputs)
-    if aoti_host.CUDA_BACKEND_ID in composition.delegate_backend_ids():
-        unavailable = aoti_host.host_unavailable_reason()
+    has_cuda = aoti_host.CUDA_BACKEND_ID in composition.delegate_backend_ids()
+    if has_cuda or torch_mismatch():
+        unavailable = aoti_host.host_unavailable_reason() if has_cuda else None
         if unavailable is None:
             why = (f"{reason}: CudaBackend delegates ran as their compiled .so, those of "
                    "backends the runtime has as programs of their own there, any other as "

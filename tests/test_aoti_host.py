@@ -20,7 +20,7 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import PreprocessResult
 
 import composer
-from composer import aoti_host, torch_free_runtime, zoo
+from composer import aoti_host, runtime, torch_free_runtime, zoo
 from composer.aoti_host import ManifestFormatError, parse_manifest
 from composer.errors import ComposerError
 from composer.runtime import LoadedProgram
@@ -221,7 +221,7 @@ def test_under_another_torch_a_delegate_without_a_runtime_says_why(monkeypatch):
     (it needs Python 3.12), a delegate runs as its subgraph, and the plan says why."""
     if torch_free_runtime.backends():
         pytest.skip("the torch-free runtime is installed here")
-    monkeypatch.setattr(aoti_host, "RUNTIME_TORCH", "0.0.")
+    monkeypatch.setattr(runtime, "BUILT_FOR_TORCH", "0.0.")
     model, inputs = zoo.load("mlp")
     composition = composer.compose(model, ["xnnpack"], inputs)
     hosted = aoti_host.aoti_hosted(composition)
@@ -308,7 +308,7 @@ def test_xnnpack_delegates_run_in_a_runtime_on_the_gpu_machine():
     assert hosted.meta["in_python"] == []
     runtimes = {name for _, name in hosted.meta["in_runtime"]}
     assert len(hosted.meta["in_runtime"]) == len(composition.plan.partitions_of("xnnpack")) > 0
-    if not torch.__version__.startswith(aoti_host.RUNTIME_TORCH):
+    if runtime.torch_mismatch():
         assert runtimes == {"executorch-numpy-runtime (ExecuTorch 1.3.1)"}
     inputs = composition.example_inputs
     with torch.no_grad():
