@@ -140,3 +140,30 @@ def test_unknown_option_is_an_error_listing_the_known_ones():
         composer.plan(model, ["cuda"], inputs, options={"cuda": {"max_autotune": "maybe"}})
     with pytest.raises(ComposerError, match=r"options given for metal"):
         composer.plan(model, ["cuda"], inputs, options={"metal": {}})
+
+
+@pytest.mark.parametrize(
+    ("options", "matmuls_on_cuda"), [({}, True), ({"max_autotune": "OFF"}, False)]
+)
+def test_matmuls_go_to_cuda_only_when_max_autotune_lets_inductor_use_triton(
+    options, matmuls_on_cuda
+):
+    # CudaBackend tunes GEMMs with Triton only; with max_autotune OFF Inductor calls ATen's
+    # mm/bmm/addmm instead, and lowering failed: "missing fallback kernels
+    # aoti_torch_cuda_mm_out, bmm_out".
+    model, inputs = zoo.load("transformer_block")
+    plan = composer.plan(model, ["cuda"], inputs, options={"cuda": options})
+    matmuls = {"aten.linear.default", "aten.addmm.default", "aten.mm.default", "aten.bmm.default"}
+    on_cuda = set(plan.ops_on("cuda")) & matmuls
+    on_portable = set(plan.ops_on("portable"))
+    if matmuls_on_cuda:
+        assert on_cuda == {"aten.linear.default", "aten.bmm.default"}
+        assert on_portable == set()
+    else:
+        assert on_cuda == set()
+        assert on_portable == {"aten.addmm.default", "aten.bmm.default"}
+        reasons = {dict(f.reasons)["cuda"] for f in plan.fallbacks}
+        assert all("with max_autotune OFF" in reason for reason in reasons)
+        assert "aten.bmm.out" in " ".join(reasons)
+    # The rest of the block still goes to the GPU either way.
+    assert plan.ops_on("cuda")["aten._softmax.default"] == 1

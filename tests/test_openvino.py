@@ -184,3 +184,79 @@ def test_openvino_alone_lowers_the_bilinear_upsample_it_asks_to_keep_whole():
     exported = torch.export.export(model, inputs)
     kept = composer_ops_to_not_decompose(backend=None, program=exported, options={})
     assert bilinear not in kept and torch.ops.aten.upsample_nearest2d.vec in kept
+
+
+class UpsampleThenStack(torch.nn.Module):
+    """Two ops OpenVINO asks to keep whole and takes: a nearest upsample (core ATen, with no
+    decomposition) and a stack (which decomposes into views and a cat)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.up = torch.nn.Upsample(scale_factor=2, mode="nearest")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.up(torch.relu(self.conv(x)))
+        return torch.stack([y, y * 2], dim=0)
+
+
+def _runs_like_eager(composition) -> None:
+    actual = LoadedProgram(composition.buffer).run(composition.example_inputs)[0]
+    with torch.no_grad():
+        expected = composition.eager(*composition.example_inputs)
+    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=1.6e-2)
+
+
+@pytest.mark.parametrize(
+    ("stack", "on_portable"),
+    [
+        # A pinned node of an op without a decomposition stays whole, on portable kernels.
+        (
+            composer.Stack(["openvino"], never={"openvino": ["node:aten_upsample_nearest2d_vec"]}),
+            {"aten.upsample_nearest2d.vec": 1},
+        ),
+        # A pinned op is decomposed, and its pieces stay off the backend it was pinned off.
+        (
+            composer.Stack(["openvino"], never={"openvino": ["aten.stack.default"]}),
+            {"aten.cat.default": 1, "aten.view_copy.default": 1},
+        ),
+        # A partition below the minimum size leaves everything, the kept-whole ops too.
+        (
+            composer.Stack(["openvino"], min_partition_size={"openvino": 20}),
+            {
+                "aten.convolution.default": 1,
+                "aten.relu.default": 1,
+                "aten.upsample_nearest2d.vec": 1,
+                "dim_order_ops._to_dim_order_copy.default": 1,
+                "aten.mul.Tensor": 1,
+                "aten.cat.default": 1,
+                "aten.view_copy.default": 1,
+            },
+        ),
+    ],
+    ids=["node-pin", "op-pin", "min-size"],
+)
+def test_a_node_openvino_keeps_whole_but_does_not_take_is_lowered_without_it(stack, on_portable):
+    # OpenVINO asks to keep upsample_nearest2d and stack whole. Left whole and undelegated,
+    # ExecuTorch refused them: "... was not decomposed or delegated".
+    pytest.importorskip("openvino")
+    composition = composer.compose(UpsampleThenStack().eval(), stack,
+                                   (torch.randn(1, 3, 8, 8),), cache=False)  # fmt: skip
+    plan = composition.plan
+    assert dict(plan.ops_on("portable")) == on_portable
+    _runs_like_eager(composition)
+
+
+def test_the_pieces_of_a_node_pinned_off_openvino_go_to_the_next_backend():
+    pytest.importorskip("openvino")
+    stack = composer.Stack(["openvino", "xnnpack"], never={"openvino": ["node:aten_stack_default"]})
+    composition = composer.compose(UpsampleThenStack().eval(), stack,
+                                   (torch.randn(1, 3, 8, 8),), cache=False)  # fmt: skip
+    plan = composition.plan
+    assert dict(plan.ops_on("xnnpack")) == {"aten.cat.default": 1, "aten.view_copy.default": 1}
+    assert plan.ops_on("portable") == {}
+    openvino = plan.ops_on("openvino")
+    assert openvino["aten.upsample_nearest2d.vec"] == 1
+    assert "aten.stack.default" not in openvino and "aten.cat.default" not in openvino
+    assert sorted(set(delegate_ids(composition.buffer))) == ["OpenvinoBackend", "XnnpackBackend"]
+    _runs_like_eager(composition)

@@ -14,7 +14,7 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
-from composer.errors import PluginError
+from composer.errors import PartitionError, PluginError
 from composer.op_names import op_name
 from composer.registry import Backend, Registry
 from composer.scheduler.convex import partition_by_support
@@ -37,6 +37,43 @@ class PartitionRecord:
     partitions: list[list[tuple[str, str]]]  # per partition: (node name, op)
     declined: dict[str, str]  # node name -> reason
     duplicated_constant_bytes: int
+
+
+class KeptWholeButLeft(PartitionError):
+    """Nodes kept undecomposed for a backend that then did not take them (a pin, a minimum
+    partition size, consolidation): undelegated, ExecuTorch refuses them ("was not decomposed
+    or delegated"), so they must be decomposed and the program lowered again."""
+
+    def __init__(self, backend: str, nodes: Mapping[str, tuple[str, str]]) -> None:
+        self.backend = backend
+        self.nodes = dict(nodes)  # edge node name -> (its origin_name, why the backend left it)
+        listed = ", ".join(f"{name} ({why})" for name, (_, why) in sorted(self.nodes.items()))
+        super().__init__(
+            f"backend {backend!r} asked to keep {listed} undecomposed but does not take "
+            "them; lower again with them decomposed (ComposerPartitioner.decomposed, as "
+            "composer.compose does)."
+        )
+
+
+def origin_name(node: torch.fx.Node) -> str:
+    """The name of the node of the first exported program that ``node`` descends from.
+
+    The same in the program ``ops_to_not_decompose``'s filter sees and in the edge program a
+    partitioner sees, where the node's own name differs (upsample_nearest2d, then
+    aten_upsample_nearest2d_vec). A node kept whole is its origin's only descendant of its op.
+    """
+    sources = node.meta.get("from_node")
+    if not sources:
+        return node.name
+    source = sources[-1]
+    while source.from_node:
+        source = source.from_node[-1]
+    return source.name
+
+
+def aten_op(target: object) -> object:
+    """The ATen op of an edge op (the form ``ops_to_not_decompose`` lists), else ``target``."""
+    return getattr(target, "_op", target)
 
 
 class Schedule(Protocol):
@@ -87,6 +124,11 @@ class ComposerPartitioner(Partitioner):
         self._native: Partitioner | None = None
         self._native_asked = False
         self.entered = False  # partition() has been called: its backend is being lowered
+        # Nodes to decompose although a backend asks to keep their op whole, as a
+        # KeptWholeButLeft of an earlier attempt named them: origin_name -> the backend that
+        # left the node -> why. Shared by the stack.
+        self.decomposed: Mapping[str, Mapping[str, str]] = {}
+        self.kept_whole_ops: frozenset[object] = frozenset()  # what this backend last asked for
         # A stand-in for a backend that can lower here: its ExecuTorch backend must exist too,
         # so that a plan that succeeds means lowering will find it.
         self.check_backend_class = not stand_in
@@ -117,11 +159,14 @@ class ComposerPartitioner(Partitioner):
             else:
                 answers.append(other.ops_to_not_decompose(ep))
         ops = list(dict.fromkeys(op for listed, _ in answers for op in listed))
-        if all(op_filter is None for _, op_filter in answers):
+        decomposed = self.decomposed
+        if not decomposed and all(op_filter is None for _, op_filter in answers):
             return (ops, None)
         asked = [(frozenset(listed), op_filter) for listed, op_filter in answers]
 
         def keep_whole(node: torch.fx.Node) -> bool:
+            if decomposed and origin_name(node) in decomposed:
+                return False
             return any(
                 node.target in listed and (op_filter is None or op_filter(node))
                 for listed, op_filter in asked
@@ -143,11 +188,12 @@ class ComposerPartitioner(Partitioner):
                     f"composer_ops_to_not_decompose for backend {self.backend.name!r}; it must "
                     "return a list of ATen ops (torch.ops.aten.linear.default), not names, or None."
                 )
+            self.kept_whole_ops = frozenset(ops)
             return (list(ops), None)
         native = self._native_partitioner(ep)
-        if native is not None:
-            return native.ops_to_not_decompose(ep)
-        return ([], None)
+        answer = native.ops_to_not_decompose(ep) if native is not None else ([], None)
+        self.kept_whole_ops = frozenset(answer[0])
+        return answer
 
     def transform_for_pre_decomposition(self, ep: ExportedProgram) -> ExportedProgram:
         native = self._native_partitioner(ep)
@@ -170,7 +216,7 @@ class ComposerPartitioner(Partitioner):
         def is_offered_and_taken(node: torch.fx.Node) -> bool:
             if node in guarded:
                 return False
-            reason = withheld.get(node.name)
+            reason = withheld.get(node.name) or self._left_before(node)
             if reason is not None:
                 declined[node.name] = reason
                 return False
@@ -190,6 +236,9 @@ class ComposerPartitioner(Partitioner):
                 and node.name not in declined
             ):
                 declined[node.name] = f"partition below the minimum size {self.min_partition_size}"
+        left_whole = self._kept_whole_but_left(exported_program, guarded | in_partition, declined)
+        if left_whole:
+            raise KeptWholeButLeft(self.backend.name, left_whole)
 
         tags: dict[str, DelegationSpec] = {}
         compile_specs = self._compile_specs(support.compile_specs)
@@ -240,6 +289,36 @@ class ComposerPartitioner(Partitioner):
         return found[0]
 
     # --- helpers ----------------------------------------------------------------------
+
+    def _left_before(self, node: torch.fx.Node) -> str | None:
+        # What this backend left whole it leaves in pieces too: a pin on a node holds for
+        # what it decomposes into, and pieces need not pass the minimum size the whole failed.
+        left = self.decomposed.get(origin_name(node), {})
+        return left.get(self.backend.name)
+
+    def _kept_whole_but_left(
+        self, program: ExportedProgram, taken: set[torch.fx.Node], declined: Mapping[str, str]
+    ) -> dict[str, tuple[str, str]]:
+        """Nodes left undecomposed for this backend that neither it nor a later one takes."""
+        # A later backend that keeps the op whole too may still take the node: it decides.
+        later = self.stack[self.stack.index(self) + 1 :] if self in self.stack else ()
+        kept_later = set()
+        for other in later:
+            if isinstance(other, ComposerPartitioner):
+                kept_later |= other.kept_whole_ops
+            else:
+                kept_later |= set(other.ops_to_not_decompose(program)[0])
+        return {
+            node.name: (origin_name(node), declined.get(node.name, "not taken"))
+            for node in program.graph_module.graph.nodes
+            if node.op == "call_function"
+            and node not in taken
+            and aten_op(node.target) in self.kept_whole_ops
+            and aten_op(node.target) not in kept_later
+            # Asked already: a core ATen op (upsample_nearest2d.vec) has no decomposition and
+            # stays whole anyway; the filter then only stops ExecuTorch's check refusing it.
+            and origin_name(node) not in self.decomposed
+        }
 
     def _report(self, partitions: list[list[torch.fx.Node]], elapsed: float) -> None:
         if self.progress is None:

@@ -19,7 +19,7 @@ from composer.plans import PORTABLE, Fallback, Partition, Plan
 from composer.registry import Backend, Registry
 from composer.scheduler.assign import Assignment, assign, warn_about_pins_naming_no_op
 from composer.scheduler.guards import foreign_delegate_nodes
-from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
+from composer.scheduler.partitioner import ComposerPartitioner, KeptWholeButLeft, PartitionRecord
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_backend_name
 from composer.scheduler.support import Support
 from composer.stack import Stack
@@ -37,6 +37,37 @@ def lower_stack(
 ) -> tuple[EdgeProgramManager, Plan]:
     """Lower ``program`` with ``backends`` (``stack``'s, resolved) in order; those in
     ``stand_ins`` lower to a stand-in. ``stack`` has its options' defaults filled in."""
+    # Which nodes a backend keeps whole but then leaves (a pin, its minimum partition size)
+    # shows only once it partitions the edge program, after decomposition: such nodes are
+    # decomposed and the program lowered again. Each attempt decomposes at least one more.
+    decomposed: dict[str, dict[str, str]] = {}  # origin -> backend that left it -> why
+    gone: set[str] = set()  # their names, which pins may name
+    while True:
+        try:
+            return _lower_once(
+                program, backends, registry, stand_ins, stack, progress, decomposed, gone
+            )
+        except KeptWholeButLeft as left:
+            if all(origin in decomposed for origin, _ in left.nodes.values()):
+                raise
+            gone |= left.nodes.keys()
+            for origin, why in left.nodes.values():
+                decomposed.setdefault(origin, {})[left.backend] = why
+            if progress is not None:
+                progress(f"{left.backend}: decomposing {', '.join(sorted(left.nodes))}, kept "
+                         "whole for it but not taken; lowering again")  # fmt: skip
+
+
+def _lower_once(
+    program: ExportedProgram,
+    backends: list[Backend],
+    registry: Registry,
+    stand_ins: set[str],
+    stack: Stack,
+    progress: Callable[[str], None] | None,
+    decomposed: Mapping[str, Mapping[str, str]],
+    gone: set[str],
+) -> tuple[EdgeProgramManager, Plan]:
     records: list[PartitionRecord] = []
     partitioners = [
         ComposerPartitioner(
@@ -50,10 +81,11 @@ def lower_stack(
         )
         for backend in backends
     ]
-    schedule = StackSchedule(partitioners, stack.never, stack.consolidates)
+    schedule = StackSchedule(partitioners, stack.never, stack.consolidates, gone)
     for partitioner in partitioners:
         partitioner.stack = tuple(partitioners)
         partitioner.schedule = schedule
+        partitioner.decomposed = decomposed
         if partitioner.stand_in:
             partitioner.check_backend_class = (
                 registry.unavailable_reason(partitioner.backend) is None
@@ -87,8 +119,11 @@ class StackSchedule:
         partitioners: Sequence[ComposerPartitioner],
         never: Mapping[str, frozenset[str]],
         consolidate: bool,
+        decomposed_names: set[str] = frozenset(),
     ) -> None:
         self.partitioners = tuple(partitioners)
+        # Nodes an earlier attempt had and decomposed: a pin naming one still names a node.
+        self.decomposed_names = frozenset(decomposed_names)
         self.never = never
         self.consolidate = consolidate
         self.assignment: Assignment | None = None
@@ -125,7 +160,11 @@ class StackSchedule:
         order = [p.backend.name for p in self.partitioners]
         never = {name: self.never[name] for name in order if name in self.never}
         calls = [n for n in graph.nodes if n.op == "call_function"]
-        warn_about_pins_naming_no_op(never, (op_name(n) for n in calls), (n.name for n in calls))
+        warn_about_pins_naming_no_op(
+            never,
+            (op_name(n) for n in calls),
+            [*(n.name for n in calls), *self.decomposed_names],
+        )
         devices = {p.backend.name: p.backend.spec.device for p in self.partitioners}
         if not self.consolidate:
             return assign(ops, order, never)

@@ -45,6 +45,30 @@ def becomes_fallback_kernel(op: torch._ops.OpOverload) -> bool:
     return lowering is not None and "fallback_handler" in getattr(lowering, "__qualname__", "")
 
 
+@functools.cache
+def _template_lowered_ops() -> dict[object, tuple[torch._ops.OpOverload, ...]]:
+    """Per ATen op (packet), the ATen kernels its Inductor GEMM or conv lowering calls when
+    it may not use a Triton template: the choices those lowerings declare."""
+    from torch._inductor.kernel import bmm, conv, mm
+    from torch._inductor.select_algorithm import ExternKernelChoice
+
+    table: dict[object, list[torch._ops.OpOverload]] = {}
+    for module in (mm, bmm, conv):
+        for value in vars(module).values():
+            kernel = getattr(value, "op_overload", None)
+            if isinstance(value, ExternKernelChoice) and kernel is not None:
+                table.setdefault(kernel.overloadpacket, []).append(kernel)
+    return {packet: tuple(kernels) for packet, kernels in table.items()}
+
+
+def extern_kernels_without_templates(
+    op: torch._ops.OpOverload,
+) -> tuple[torch._ops.OpOverload, ...]:
+    """The ATen kernels Inductor calls for ``op`` (mm, bmm, addmm, convolution...) when
+    max-autotune is off, so that it picks no Triton template; ``()`` for any other op."""
+    return _template_lowered_ops().get(op.overloadpacket, ())
+
+
 def _as_meta(value):
     if isinstance(value, torch.fx.Node):
         value = value.meta.get("val")
@@ -129,12 +153,21 @@ class AotiOperatorSupport(OperatorSupportBase):
             return special
         shims = self.plugin.supported_fallback_kernels()
         device = self.plugin.inductor_device
+        templates = self.plugin.uses_triton_templates(self.options)
         for piece in sorted(ops_inductor_sees(node, op), key=str):
+            via = "" if piece == op else f" (from {op})"
             if becomes_fallback_kernel(piece) and not fallback_kernel_names(piece, device) & shims:
-                via = "" if piece == op else f" (from {op})"
                 return (
                     f"AOTInductor would emit a fallback kernel for {piece}{via} that "
                     f"{self.plugin.spec.backend_id}'s runtime has no shim for"
+                )
+            kernels = () if templates else extern_kernels_without_templates(piece)
+            if kernels and not any(fallback_kernel_names(k, device) & shims for k in kernels):
+                return (
+                    f"with max_autotune OFF, AOTInductor calls {piece}{via} as an ATen "
+                    f"fallback kernel ({', '.join(str(k) for k in kernels)}) that "
+                    f"{self.plugin.spec.backend_id}'s runtime has no shim for; leave "
+                    "max_autotune ON to compile it as a Triton kernel"
                 )
         return None
 
@@ -164,6 +197,11 @@ class AotiPlugin:
     ) -> str | None | bool:
         """``False``: no special rule for ``op``; ``None``: supported; a string: why not."""
         return False
+
+    def uses_triton_templates(self, options: Mapping[str, str]) -> bool:
+        """Whether Inductor compiles GEMMs and convolutions from Triton templates, under
+        ``options``; if not, it calls ATen for them, and the backend needs their shims."""
+        return True
 
     def base_compile_specs(self, method_name: str, options: Mapping[str, str]) -> list:
         backend = self.backend_class()

@@ -2,7 +2,8 @@
 
 Options (``compose(..., options={"cuda": {...}})`` or ``--option cuda.NAME=VALUE``):
 ``triton_kernel_mode`` (ON/OFF: ExecuTorch's Triton replacements, e.g. its bf16 SDPA),
-``max_autotune`` (ON/OFF), ``low_memory_mode`` (ON/OFF), ``target_device`` (``cuda:0``).
+``max_autotune`` (ON/OFF; OFF leaves matmuls and convolutions to the next backend, as
+Inductor then calls ATen kernels for them that ExecuTorch's CUDA runtime lacks), ``low_memory_mode`` (ON/OFF), ``target_device`` (``cuda:0``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ class CudaPlugin(AotiPlugin):
         if importlib.util.find_spec("triton") is None:
             return "triton is not importable"
         return None
+
+    def uses_triton_templates(self, options):
+        # CudaBackend compiles with max_autotune_gemm_backends = conv_backends = "TRITON";
+        # Inductor reads those only under max_autotune, and without it emits extern ATen
+        # calls (aoti_torch_cuda_mm_out, bmm_out...) that CudaBackend has no shims for.
+        return options.get("max_autotune", "ON").upper() != "OFF"
 
     def special_case(self, op, node, options):
         if op is torch.ops.aten.scaled_dot_product_attention.default:
