@@ -348,7 +348,8 @@ def _region_search(searched: dict) -> str:
     times = searched.get("region_us", ())
     chosen = searched.get("chosen", ())
     estimate = searched.get("estimated_us")
-    options = list(dict.fromkeys(o for region in regions for o in region["options"]))
+    seen = dict.fromkeys(o for region in regions for o in region["options"])
+    options = sorted(seen, key=lambda option: option == PORTABLE)  # the backends, then portable
     parts = [
         "<h2>Per region</h2>",
         (
@@ -397,6 +398,7 @@ def _region_search(searched: dict) -> str:
         costs.append((f"switch:{pair}", f"a call on {after} right after one on {before}, more",
                       us))  # fmt: skip
     if costs:
+        parts.append("<p>What a call and a switch cost, from the same traces:</p>")
         parts.append('<table class="region-costs"><tr><th>cost</th><th>us</th></tr>')
         parts += [
             f'<tr data-cost="{_e(key)}"><td>{_e(what)}</td><td>{us:.1f}</td></tr>'
