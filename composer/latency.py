@@ -17,8 +17,9 @@ from tabulate import tabulate
 class Latency:
     """Wall time of one call, over ``runs`` calls after warm-up, in microseconds.
 
-    ``median_us`` and ``p90_us`` describe every call timed, load included. ``best_us`` is the
-    fastest call: on a shared machine the figure to compare programs by (see ``interleaved``).
+    ``median_us`` and ``p90_us`` describe every call timed, load included; programs are
+    compared by the median (``placement.choose`` says why). ``best_us`` is the fastest call,
+    what ``interleaved``'s rounds settle on.
     ``settled`` says whether ``interleaved``'s rounds agreed on it (``None``: not asked).
     """
 
@@ -37,7 +38,7 @@ class Latency:
 
     @property
     def rank_us(self) -> float:
-        """What to rank candidates by: the fastest call where known, else the median."""
+        """The fastest call where known, else the median: what ``interleaved`` settles on."""
         return self.median_us if self.best_us is None else self.best_us
 
 
@@ -346,12 +347,17 @@ def compare_with_singles(
 
 
 def latency_table(rows: Sequence[ProgramLatency]) -> str:
-    """A plain-text table of ``rows``: each program's fastest call (what ``interleaved`` ranks
-    by, see there), its median and p90 over every call, and its speed relative to eager by
-    the fastest calls (by the medians where a row has no fastest call)."""
-    eager = next((r.latency.rank_us for r in rows if r.program == "eager"), None)
-    table = [("program", "delegate calls", "best us", "median us", "p90 us", "speed vs eager",
-              "max |err|")]  # fmt: skip
+    """A plain-text table of ``rows``: each program's fastest call, its median and p90 over
+    every call, and its speed relative to eager by the medians.
+
+    By the medians, as measured placement chooses (``placement.choose``): a mixed program's
+    calls vary widely, and a lucky fastest call made one look faster than the program its
+    median showed it slower than. The fastest call stays, as its own column, for what a call
+    costs without load.
+    """
+    eager = next((r.latency.median_us for r in rows if r.program == "eager"), None)
+    table = [("program", "delegate calls", "fastest us", "median us", "p90 us",
+              "median speed vs eager", "max |err|")]  # fmt: skip
     for row in rows:
         best = row.latency.best_us
         table.append((
@@ -360,7 +366,7 @@ def latency_table(rows: Sequence[ProgramLatency]) -> str:
             "-" if best is None else f"{best:.1f}",
             f"{row.latency.median_us:.1f}",
             f"{row.latency.p90_us:.1f}",
-            f"{eager / row.latency.rank_us:.2f}x" if eager else "-",
+            f"{eager / row.latency.median_us:.2f}x" if eager else "-",
             "-" if row.max_abs_error is None else f"{row.max_abs_error:.3g}",
         ))  # fmt: skip
     return tabulate(table[1:], headers=table[0], tablefmt="plain", disable_numparse=True)

@@ -97,6 +97,11 @@ class Plan:
         timed = self.partition_time(node_name)
         if timed is not None:
             answers.append(("measured", _describe_time(timed)))
+        searched = self.placement.get("regions", {})
+        regions = searched.get("regions", ())
+        index = next((i for i, r in enumerate(regions) if node_name in r["nodes"]), None)
+        if index is not None:
+            answers.append(("per region", _region_line(searched, index)))
         return answers
 
     def partition_time(self, node_name: str) -> dict[str, Any] | None:
@@ -228,8 +233,6 @@ class Plan:
 def _region_lines(searched: dict[str, Any]) -> list[str]:
     """The per-region search (composer.regions): each region's time per option, the choice."""
     regions = searched.get("regions", ())
-    times = searched.get("region_us", ())
-    chosen = searched.get("chosen", ())
     if not regions:
         return [f"  per region: {note}" for note in searched.get("notes", ())]
     estimate = searched.get("estimated_us")
@@ -241,15 +244,7 @@ def _region_lines(searched: dict[str, Any]) -> list[str]:
             else f"; chosen by dynamic programming, estimated {estimate:.1f} us"
         )
     ]
-    for index, region in enumerate(regions):
-        nodes = region["nodes"]
-        named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
-        cost = times[index] if index < len(times) else {}
-        options = ", ".join(
-            f"{o} {cost[o]:.1f} us" if o in cost else f"{o} not timed" for o in region["options"]
-        )
-        pick = f" -> {chosen[index]}" if index < len(chosen) else ""
-        lines.append(f"    region {index}: {named}: {options}{pick}")
+    lines += [f"    {_region_line(searched, index)}" for index in range(len(regions))]
     calls = searched.get("call_us", {})
     switches = searched.get("switch_us", {})
     if calls or switches:
@@ -261,6 +256,21 @@ def _region_lines(searched: dict[str, Any]) -> list[str]:
         )
     lines += [f"    {note}" for note in searched.get("notes", ())]
     return lines
+
+
+def _region_line(searched: dict[str, Any], index: int) -> str:
+    """One region of the search: its nodes, its time on each option, the option chosen."""
+    region = searched["regions"][index]
+    times = searched.get("region_us", ())
+    chosen = searched.get("chosen", ())
+    nodes = region["nodes"]
+    named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
+    cost = times[index] if index < len(times) else {}
+    options = ", ".join(
+        f"{o} {cost[o]:.1f} us" if o in cost else f"{o} not timed" for o in region["options"]
+    )
+    pick = f" -> {chosen[index]}" if index < len(chosen) else ""
+    return f"region {index}: {named}: {options}{pick}"
 
 
 def _describe_time(timed: dict[str, Any]) -> str:

@@ -302,6 +302,7 @@ def _measured(plan: Plan) -> str:
             f"<td>{p90}</td><td>{again}</td><td>{_e(item['note'])}</td></tr>"
         )
     parts.append("</table>")
+    parts.append(_region_search(placement.get("regions", {})))
     timed = placement.get("partitions", ())
     if not timed:
         parts.append("<p>No per-partition times: the chosen program could not be traced.</p>")
@@ -334,6 +335,77 @@ def _measured(plan: Plan) -> str:
             f"<td>{elsewhere or DASH}</td></tr>"
         )
     parts.append("</table>")
+    return "\n".join(parts)
+
+
+def _region_search(searched: dict) -> str:
+    """The per-region search (composer.regions): each region's time on every option, the
+    choice, and what a call and a switch between places cost."""
+    regions = searched.get("regions", ())
+    notes = "".join(f'<p class="note">{_e(note)}</p>' for note in searched.get("notes", ()))
+    if not regions:
+        return f"<h2>Per region</h2>{notes}" if notes else ""
+    times = searched.get("region_us", ())
+    chosen = searched.get("chosen", ())
+    estimate = searched.get("estimated_us")
+    seen = dict.fromkeys(o for region in regions for o in region["options"])
+    options = sorted(seen, key=lambda option: option == PORTABLE)  # the backends, then portable
+    parts = [
+        "<h2>Per region</h2>",
+        (
+            f"<p>The graph cut into {len(regions)} regions (intervals of a topological order), "
+            "each timed on every option that takes it in programs traced together with "
+            "ExecuTorch's event tracer (ETDump), medians in us. Dynamic programming over the "
+            "regions picked an option per region, charging each call's fixed cost and each "
+            "switch"
+            + ("" if estimate is None else f", estimated {estimate:.1f} us for the call")
+            + "; the per-region candidate above is that choice, composed and timed whole.</p>"
+        ),
+        '<table class="regions"><tr><th>region</th><th>nodes</th>'
+        + "".join(f"<th>{_e(o)} us</th>" for o in options)
+        + "<th>chosen</th></tr>",
+    ]
+    for index, region in enumerate(regions):
+        nodes = region["nodes"]
+        named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
+        cost = times[index] if index < len(times) else {}
+        pick = chosen[index] if index < len(chosen) else None
+        cells = []
+        for option in options:
+            mark = ' class="chosen"' if option == pick else ""
+            if option not in region["options"]:
+                cells.append(f"<td>{DASH}</td>")
+            elif option in cost:
+                cells.append(f"<td{mark}>{cost[option]:.1f}</td>")
+            else:
+                cells.append(f"<td{mark}>not timed</td>")
+        parts.append(
+            f'<tr data-region="{index}"><td>{index}</td>'
+            f'<td title="{_e(", ".join(nodes))}">{_e(named)}</td>{"".join(cells)}'
+            f"<td>{_e(pick or DASH)}</td></tr>"
+        )
+    parts.append("</table>")
+    saved = "fixed (saved when two regions become one call)"
+    costs = [
+        (f"call:{backend}", f"a delegate call on {backend}, {saved}", us)
+        for backend, us in searched.get("call_us", {}).items()
+    ]
+    if "between_us" in searched:
+        costs.append(("switch", "a switch between places: the runtime's own time",
+                      searched["between_us"]))  # fmt: skip
+    for pair, us in searched.get("switch_us", {}).items():
+        before, after = pair.split("->")
+        costs.append((f"switch:{pair}", f"a call on {after} right after one on {before}, more",
+                      us))  # fmt: skip
+    if costs:
+        parts.append("<p>What a call and a switch cost, from the same traces:</p>")
+        parts.append('<table class="region-costs"><tr><th>cost</th><th>us</th></tr>')
+        parts += [
+            f'<tr data-cost="{_e(key)}"><td>{_e(what)}</td><td>{us:.1f}</td></tr>'
+            for key, what, us in costs
+        ]
+        parts.append("</table>")
+    parts.append(notes)
     return "\n".join(parts)
 
 
@@ -403,7 +475,7 @@ h1 { font-size: 20px; margin: 0 0 8px; } h2 { font-size: 16px; margin: 20px 0 6p
 .graph { overflow: auto; border: 1px solid #ccc; max-height: 80vh; }
 .graph svg { display: block; }
 .note { color: #666; font-size: 12px; margin: 4px 0; }
-tr.chosen td { font-weight: bold; }
+tr.chosen td, td.chosen { font-weight: bold; }
 table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: 3px 8px;
   text-align: left; vertical-align: top; } th { background: #f3f3f3; }
 """

@@ -141,6 +141,10 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     assert any(line.startswith("placement: regions: chose ") for line in lines)
     assert "per region: 5 regions, each timed on every option" in first.plan.summary_table()
     assert "    region 2: aten_cumsum_default: openvino " in first.plan.summary_table()
+    assert "    a call's fixed cost: openvino " in first.plan.summary_table()
+    per_region = dict(first.plan.explain("aten_cumsum_default"))["per region"]
+    assert per_region.startswith("region 2: aten_cumsum_default: openvino ")
+    assert per_region.endswith(f"-> {searched['chosen'][2]}")
     assert first.verify().ok
     assert "placement: measured, chose " in first.plan.summary_table()
     assert list(cache.glob("placement/*.json"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import itertools
 import re
 import shutil
@@ -219,7 +220,9 @@ def test_screenshot_shows_every_node_box_in_its_backends_color(rendered, tmp_pat
         )
 
 
-def test_a_measured_plan_shows_every_candidate_and_each_partitions_time(tmp_path, monkeypatch):
+def test_a_measured_plan_shows_every_candidate_each_region_and_each_partitions_time(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -237,6 +240,35 @@ def test_a_measured_plan_shows_every_candidate_and_each_partitions_time(tmp_path
     assert [label for label, chosen, _ in rows if chosen] == [placement["chosen"]]
     for (_, _, cells), candidate in zip(rows, placement["candidates"]):
         assert f"<td>{candidate['median_us']:.1f}</td>" in cells
+
+    # The per-region search: a row per region with its nodes, its time on each option, the
+    # option chosen; then what a delegate call and a switch between places cost.
+    searched = placement["regions"]
+    assert searched.get("chosen"), searched.get("notes")
+    assert "Per region" in text_of(page)
+    header = re.search(r'<table class="regions"><tr>(.*?)</tr>', page).group(1)
+    options = re.findall(r"<th>(\w+) us</th>", header)
+    assert set(options) == {o for r in searched["regions"] for o in r["options"]}
+    regions = re.findall(r'<tr data-region="(\d+)">(.*?)</tr>', page)
+    assert [int(i) for i, _ in regions] == list(range(len(searched["regions"])))
+    for (_, cells), region, times, pick in zip(
+        regions, searched["regions"], searched["region_us"], searched["chosen"]
+    ):
+        values = re.findall(r"<td[^>]*>(.*?)</td>", cells)
+        assert values[1].startswith(region["nodes"][0])
+        assert values[-1] == pick
+        for option, value in zip(options, values[2:-1]):
+            assert value == (f"{times[option]:.1f}" if option in times else "\u2013")
+        assert f'<td class="chosen">{times[pick]:.1f}</td>' in cells
+    costs = {
+        html.unescape(key): us
+        for key, us in re.findall(r'<tr data-cost="([^"]+)"><td>[^<]*</td><td>([^<]+)</td>', page)
+    }
+    expected = {f"call:{b}": us for b, us in searched["call_us"].items()}
+    expected |= {f"switch:{pair}": us for pair, us in searched["switch_us"].items()}
+    expected["switch"] = searched["between_us"]
+    assert costs == {key: f"{us:.1f}" for key, us in expected.items()}
+    assert any(key.startswith("call:") for key in costs)
 
     timed = re.findall(r'<tr data-partition="([^"]+)">(.*?)</tr>', page)
     assert [p for p, _ in timed] == [t["partition"] for t in placement["partitions"]]
