@@ -40,18 +40,20 @@ class PartitionRecord:
 
 
 class KeptWholeButLeft(PartitionError):
-    """Nodes kept undecomposed for a backend that then did not take them (a pin, a minimum
+    """Nodes kept undecomposed for a backend that then no backend took (a pin, a minimum
     partition size, consolidation): undelegated, ExecuTorch refuses them ("was not decomposed
     or delegated"), so they must be decomposed and the program lowered again."""
 
-    def __init__(self, backend: str, nodes: Mapping[str, tuple[str, str]]) -> None:
-        self.backend = backend
-        self.nodes = dict(nodes)  # edge node name -> (its origin_name, why the backend left it)
-        listed = ", ".join(f"{name} ({why})" for name, (_, why) in sorted(self.nodes.items()))
+    def __init__(self, nodes: Mapping[str, tuple[str, Mapping[str, str]]]) -> None:
+        # edge node name -> (its origin_name, {backend that kept it whole: why it left it})
+        self.nodes = {name: (origin, dict(left)) for name, (origin, left) in nodes.items()}
+        listed = ", ".join(
+            f"{name} (kept whole for {', '.join(sorted(left))}: {'; '.join(left.values())})"
+            for name, (_, left) in sorted(self.nodes.items())
+        )
         super().__init__(
-            f"backend {backend!r} asked to keep {listed} undecomposed but does not take "
-            "them; lower again with them decomposed (ComposerPartitioner.decomposed, as "
-            "composer.compose does)."
+            f"no backend takes {listed}; lower again with them decomposed "
+            "(ComposerPartitioner.decomposed, as composer.compose does)."
         )
 
 
@@ -129,6 +131,7 @@ class ComposerPartitioner(Partitioner):
         # left the node -> why. Shared by the stack.
         self.decomposed: Mapping[str, Mapping[str, str]] = {}
         self.kept_whole_ops: frozenset[object] = frozenset()  # what this backend last asked for
+        self.declined: Mapping[str, str] = {}  # node name -> why, from its last partition()
         # A stand-in for a backend that can lower here: its ExecuTorch backend must exist too,
         # so that a plan that succeeds means lowering will find it.
         self.check_backend_class = not stand_in
@@ -236,9 +239,10 @@ class ComposerPartitioner(Partitioner):
                 and node.name not in declined
             ):
                 declined[node.name] = f"partition below the minimum size {self.min_partition_size}"
-        left_whole = self._kept_whole_but_left(exported_program, guarded | in_partition, declined)
+        self.declined = declined
+        left_whole = self._kept_whole_but_left(exported_program, guarded | in_partition)
         if left_whole:
-            raise KeptWholeButLeft(self.backend.name, left_whole)
+            raise KeptWholeButLeft(left_whole)
 
         tags: dict[str, DelegationSpec] = {}
         compile_specs = self._compile_specs(support.compile_specs)
@@ -297,28 +301,36 @@ class ComposerPartitioner(Partitioner):
         return left.get(self.backend.name)
 
     def _kept_whole_but_left(
-        self, program: ExportedProgram, taken: set[torch.fx.Node], declined: Mapping[str, str]
-    ) -> dict[str, tuple[str, str]]:
-        """Nodes left undecomposed for this backend that neither it nor a later one takes."""
-        # A later backend that keeps the op whole too may still take the node: it decides.
-        later = self.stack[self.stack.index(self) + 1 :] if self in self.stack else ()
-        kept_later = set()
-        for other in later:
-            if isinstance(other, ComposerPartitioner):
-                kept_later |= other.kept_whole_ops
-            else:
-                kept_later |= set(other.ops_to_not_decompose(program)[0])
-        return {
-            node.name: (origin_name(node), declined.get(node.name, "not taken"))
-            for node in program.graph_module.graph.nodes
-            if node.op == "call_function"
-            and node not in taken
-            and aten_op(node.target) in self.kept_whole_ops
-            and aten_op(node.target) not in kept_later
-            # Asked already: a core ATen op (upsample_nearest2d.vec) has no decomposition and
-            # stays whole anyway; the filter then only stops ExecuTorch's check refusing it.
-            and origin_name(node) not in self.decomposed
-        }
+        self, program: ExportedProgram, taken: set[torch.fx.Node]
+    ) -> dict[str, tuple[str, dict[str, str]]]:
+        """Once the last backend has partitioned: the nodes ExecuTorch will refuse, left
+        undecomposed for a backend and taken by none, each with the backends that kept its
+        op whole and why they left it. The same test as ExecuTorch's own check after
+        lowering (``_sanity_check_graph_for_non_decomp_ops``), made before it lowers."""
+        # Only the last backend knows: a node one backend leaves, a later one may take whole.
+        if self.stack and self is not self.stack[-1]:
+            return {}
+        from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+
+        ops, op_filter = self.ops_to_not_decompose(program)
+        refused = {aten_to_edge(op) for op in ops} | set(ops)
+        keepers = [p for p in self.stack or (self,) if isinstance(p, ComposerPartitioner)]
+        left: dict[str, tuple[str, dict[str, str]]] = {}
+        for node in program.graph_module.graph.nodes:
+            if (
+                node.op != "call_function"
+                or node in taken
+                or node.target not in refused
+                or (op_filter is not None and not op_filter(node))
+            ):
+                continue
+            why = {
+                p.backend.name: p.declined.get(node.name, "not taken")
+                for p in keepers
+                if aten_op(node.target) in p.kept_whole_ops
+            }
+            left[node.name] = (origin_name(node), why)
+        return left
 
     def _report(self, partitions: list[list[torch.fx.Node]], elapsed: float) -> None:
         if self.progress is None:

@@ -51,11 +51,11 @@ def lower_stack(
             if all(origin in decomposed for origin, _ in left.nodes.values()):
                 raise
             gone |= left.nodes.keys()
-            for origin, why in left.nodes.values():
-                decomposed.setdefault(origin, {})[left.backend] = why
+            for origin, by_backend in left.nodes.values():
+                decomposed.setdefault(origin, {}).update(by_backend)
             if progress is not None:
-                progress(f"{left.backend}: decomposing {', '.join(sorted(left.nodes))}, kept "
-                         "whole for it but not taken; lowering again")  # fmt: skip
+                progress(f"decomposing {', '.join(sorted(left.nodes))}: kept whole for a "
+                         "backend, taken by none; lowering again")  # fmt: skip
 
 
 def _lower_once(
