@@ -222,8 +222,31 @@ def choose(measurements: Sequence[Measurement]) -> Candidate:
 
 
 def choose_confirmed(measurements: Sequence[Measurement]) -> Candidate:
-    """The choice by the second round's times: only the finalists, the declared order first."""
-    return choose([attrs.evolve(m, latency=m.confirmed) for m in measurements])
+    """The choice after the second round. A switch from the declared order must beat it, by
+    more than MARGIN, in both rounds (a per-region candidate: every whole finalist too); of
+    those that do, the one whose faster round is fastest. Load on a shared machine only slows
+    a round: on llama_block a round that took xnnpack alone from 38 to 65 us would have
+    chosen OpenVINO alone (62 and 61 us), 0.66x of it, by the second round alone."""
+    declared = measurements[0]
+    if declared.latency is None or declared.confirmed is None:
+        return choose([attrs.evolve(m, latency=m.confirmed) for m in measurements])
+    finalists = [m for m in measurements if m.latency is not None and m.confirmed is not None]
+
+    def wins(m: Measurement, time_of: Callable[[Measurement], Latency]) -> bool:
+        rivals = [declared]
+        if m.candidate.pins:
+            rivals += [w for w in finalists if not w.candidate.pins]
+        return time_of(m).median_us * (1 + MARGIN) < min(time_of(r).median_us for r in rivals)
+
+    winners = [
+        m
+        for m in finalists
+        if m is not declared and wins(m, lambda x: x.latency) and wins(m, lambda x: x.confirmed)
+    ]
+    if not winners:
+        return declared.candidate
+    best = min(winners, key=lambda m: min(m.latency.median_us, m.confirmed.median_us))
+    return best.candidate
 
 
 def measure(

@@ -96,6 +96,23 @@ def test_a_switch_from_the_declared_order_must_win_a_second_round_too(monkeypatc
         assert [m.latency for m in confirmed] == [m.latency for m in measurements]
 
 
+def test_a_round_slowed_by_load_does_not_hand_the_choice_to_a_slower_candidate():
+    """llama_block, openvino,xnnpack, under load: xnnpack alone won the first round (38 us);
+    a disturbed second round gave it 65 us against OpenVINO alone's 61. It beat the declared
+    order in both rounds, and its faster round is the fastest: it stays chosen."""
+
+    def confirmed(backends, first, second, placement="priority"):
+        return attrs.evolve(timed(backends, first, placement), confirmed=Latency(second, second, 9))
+
+    declared = confirmed(["openvino", "xnnpack"], 146.3, 146.6)
+    openvino = confirmed(["openvino"], 61.7, 61.2)
+    xnnpack = confirmed(["xnnpack"], 38.5, 64.9)
+    assert choose_confirmed([declared, openvino, xnnpack]) == xnnpack.candidate
+    # One that beat the declared order only in the first round is not a winner.
+    lucky = confirmed(["xnnpack", "openvino"], 30.0, 150.0)
+    assert choose_confirmed([declared, lucky, openvino]) == openvino.candidate
+
+
 class Timeable:
     def timed_call(self, inputs):
         return lambda: None
