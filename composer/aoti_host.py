@@ -6,8 +6,8 @@ its host; libtorch provides them, and ``torch._C._aoti.AOTIModelContainerRunnerC
 it. Its weights are bound from the ``.ptd`` through the delegate's manifest, a private
 ExecuTorch format (``ETCUDAFQN3``, written by ``backends/cuda/cuda_weight_collector.py``)
 that this module pins: a change raises :class:`ManifestFormatError`. A delegate of a backend
-the pip runtime has (XNNPACK, OpenVINO) runs its own compiled code too, as a program of that
-one delegate in the runtime; what is outside the delegates runs as in
+an ExecuTorch runtime here has (XNNPACK, OpenVINO) runs its own compiled code too, as a
+program of that one delegate in that runtime; what is outside the delegates runs as in
 ``Composition.reference``, in Python.
 """
 
@@ -290,9 +290,10 @@ class RuntimeDelegate(torch.nn.Module):
     own (``LoweredBackendModule.buffer()``): its backend's compiled code, not its subgraph in
     Python. Inputs go to the CPU; outputs come back to ``host``.
 
-    The pip runtime runs it under the torch it is built for (``runtime.BUILT_FOR_TORCH``); under another,
-    the torch-free runtime (:mod:`composer.torch_free_runtime`) where installed. ``runtime``
-    names the one that runs it. Raises ComposerError saying why where neither can.
+    The pip runtime runs it under the torch it is built for (``runtime.BUILT_FOR_TORCH``);
+    under another, the torch-free runtime (:mod:`composer.torch_free_runtime`) where
+    installed. ``runtime`` names the one that runs it. Raises ComposerError saying why where
+    neither can.
     """
 
     def __init__(self, lowered, host: str, single_output: bool) -> None:
@@ -375,8 +376,8 @@ def reference_on(composition: Composition, device: str) -> torch.fx.GraphModule:
 def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphModule:
     """The composed program with each CudaBackend delegate run as its compiled .so.
 
-    A delegate of a backend the pip runtime has runs there (:class:`RuntimeDelegate`); any
-    other runs the subgraph it was made from, as in the Python reference. The rest of the
+    A delegate of a backend an ExecuTorch runtime here has runs there
+    (:class:`RuntimeDelegate`); any other runs the subgraph it was made from, as in the Python reference. The rest of the
     program runs on ``host``: "cpu" (as the .pte does, with copies to and from the GPU around
     each CUDA delegate; inputs and outputs on the CPU) or "cuda" (all on the GPU; inputs and
     outputs there). Raises ComposerError where host_unavailable_reason() says why the GPU
@@ -420,9 +421,7 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
                 module.meta["in_runtime"].append((lowered_node.target, replacement.runtime))
             except ComposerError as error:
                 # Said, not hidden: its time would be Python's.
-                replacement, why = None, str(error).splitlines()[0]
-            if replacement is None:
-                module.meta["in_python"].append((lowered_node.target, why))
+                module.meta["in_python"].append((lowered_node.target, str(error).splitlines()[0]))
                 # What executorch_call_delegate runs in Python, unlifted once, not per call.
                 name = f"{lowered_node.target}_subgraph"
                 replacement = lowered.original_module.module()

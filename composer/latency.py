@@ -38,7 +38,8 @@ class Latency:
 
     @property
     def rank_us(self) -> float:
-        """The fastest call where known, else the median: what ``interleaved`` settles on."""
+        """The fastest call where known, else the median: what ``interleaved`` settles on.
+        Programs are compared by the median (``placement.choose``), not by this."""
         return self.median_us if self.best_us is None else self.best_us
 
 
@@ -58,7 +59,7 @@ def interleaved(
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Latency]:
     """Time every candidate, the candidates taking turns in blocks of calls, in rounds until
-    the rounds agree; rank the results by ``Latency.rank_us`` (the fastest call).
+    the rounds' fastest calls agree.
 
     Taking turns spreads the machine's slow moments over all candidates alike. Blocks, each
     led by one untimed call, keep one runtime's worker threads (OpenVINO's and PyTorch's spin

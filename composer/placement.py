@@ -90,7 +90,7 @@ class Measurement:
             "delegate_calls": self.delegate_calls,
             "median_us": None if self.latency is None else round(self.latency.median_us, 2),
             "p90_us": None if self.latency is None else round(self.latency.p90_us, 2),
-            # The fastest call, which the choice ranks by (composer.latency.interleaved).
+            # The fastest call, on which interleaved's rounds settle (the choice is by median).
             "best_us": _rounded(None if self.latency is None else self.latency.best_us),
             "note": self.note,
             "confirmed_median_us": (

@@ -3,8 +3,9 @@ links no torch.
 
 ExecuTorch 1.5.1's pip runtime links the libtorch it is built against (2.13), so composer
 does not use it under another torch (the GPU machine has 2.11). This runtime takes numpy
-arrays instead, so a delegate still runs its backend's compiled code there. It is ExecuTorch 1.3.1's C++ core with XNNPACK and portable kernels: a 1.5.1 delegate
-it cannot load raises ComposerError, and nothing assumes that it can.
+arrays instead, so a delegate still runs its backend's compiled code there. It is ExecuTorch
+1.3.1's C++ core with XNNPACK and portable kernels: a 1.5.1 delegate it cannot load raises
+ComposerError, and nothing assumes that it can.
 
 It is imported with ``RTLD_DEEPBIND``: the CUDA host (:mod:`composer.aoti_host`) makes
 libtorch_cpu's symbols global for the compiled ``.so``, and libtorch_cpu exports an XNNPACK of

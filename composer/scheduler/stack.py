@@ -37,9 +37,10 @@ def lower_stack(
 ) -> tuple[EdgeProgramManager, Plan]:
     """Lower ``program`` with ``backends`` (``stack``'s, resolved) in order; those in
     ``stand_ins`` lower to a stand-in. ``stack`` has its options' defaults filled in."""
-    # Which nodes a backend keeps whole but then leaves (a pin, its minimum partition size)
-    # shows only once it partitions the edge program, after decomposition: such nodes are
-    # decomposed and the program lowered again. Each attempt decomposes at least one more.
+    # Which nodes a backend keeps whole but then no backend takes (a pin, a minimum partition
+    # size) shows only once the last backend has partitioned the edge program: those that
+    # ExecuTorch's own check would refuse are decomposed and the program lowered again. Each
+    # attempt decomposes at least one more.
     decomposed: dict[str, dict[str, str]] = {}  # origin -> backend that left it -> why
     gone: set[str] = set()  # their names, which pins may name
     while True:

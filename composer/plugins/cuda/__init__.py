@@ -3,7 +3,8 @@
 Options (``compose(..., options={"cuda": {...}})`` or ``--option cuda.NAME=VALUE``):
 ``triton_kernel_mode`` (ON/OFF: ExecuTorch's Triton replacements, e.g. its bf16 SDPA),
 ``max_autotune`` (ON/OFF; OFF leaves matmuls and convolutions to the next backend, as
-Inductor then calls ATen kernels for them that ExecuTorch's CUDA runtime lacks), ``low_memory_mode`` (ON/OFF), ``target_device`` (``cuda:0``).
+Inductor then calls ATen kernels for them that ExecuTorch's CUDA runtime lacks),
+``low_memory_mode`` (ON/OFF), ``target_device`` (``cuda:0``).
 """
 
 from __future__ import annotations
