@@ -42,6 +42,61 @@ class GRUThenWideHead(nn.Module):
         return self.head(out[:, -1])
 
 
+class CellThenWideHead(nn.Module):
+    """A GRU cell written out with linears, sigmoid and tanh, as streaming speech and
+    time-series models unroll one (one matmul for every step's input gates, then a small
+    recurrent matmul per step), then the same wide head. Every op of it is one XNNPACK takes,
+    so the recurrence is one delegate, not one per step."""
+
+    def __init__(self, features: int, hidden: int, steps: int, width: int, classes: int) -> None:
+        super().__init__()
+        self.hidden, self.steps = hidden, steps
+        self.inputs = nn.Linear(features, 3 * hidden)
+        self.recurrent = nn.Linear(hidden, 3 * hidden)
+        self.head = nn.Sequential(
+            nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+            nn.Linear(width, classes),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, size = x.shape[0], self.hidden
+        gates = self.inputs(x)
+        # Slices and reshapes, not x[:, t] (select, which XNNPACK leaves to portable kernels).
+        h = torch.tanh(gates[:, 0:1, 2 * size :].reshape(batch, size))
+        for t in range(1, self.steps):
+            g = gates[:, t : t + 1].reshape(batch, 3 * size)
+            r = self.recurrent(h)
+            z = torch.sigmoid(g[:, :size] + r[:, :size])
+            reset = torch.sigmoid(g[:, size : 2 * size] + r[:, size : 2 * size])
+            n = torch.tanh(g[:, 2 * size :] + reset * r[:, 2 * size :])
+            h = n + z * (h - n)
+        return self.head(h)
+
+
+class Segmenter(nn.Module):
+    """A small fully convolutional segmenter ending as torchvision's FCN and DeepLabV3 do:
+    per-class logits at 1/8 of the input's size, upsampled (bilinear) back to the input's.
+    The GPU's work is the convolutions; the upsampled logits are 64x the bytes of the ones
+    before, and they are what comes back to the host."""
+
+    def __init__(self, classes: int = 21) -> None:
+        super().__init__()
+
+        def block(inputs: int, outputs: int, stride: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(inputs, outputs, 3, stride, 1), nn.ReLU())
+
+        self.backbone = nn.Sequential(
+            block(3, 32, 2), block(32, 64, 2), block(64, 128, 2), block(128, 128, 1),
+            block(128, 128, 1), nn.Conv2d(128, classes, 1),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.backbone(x)
+        return nn.functional.interpolate(
+            logits, size=x.shape[-2:], mode="bilinear", align_corners=False
+        )
+
+
 def split_nodes(plan) -> tuple[list[str], list[str]]:
     """(the head's nodes, the rest): the head is the last three linears and the two relus;
     the GRU's 1 + ``steps`` linears come first (edge names count up in program order)."""
@@ -61,15 +116,29 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--model", choices=("gru", "cell", "segmenter"), default="gru")
+    parser.add_argument("--size", type=int, default=512, help="the segmenter's image size")
     parser.add_argument(
         "--plan-only", action="store_true", help="print the mix's plan, lower nothing"
     )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
-    model = GRUThenWideHead(32, 64, args.width, 1000).eval()
-    inputs = (torch.randn(args.batch, args.steps, 32),)
-    head, rest = split_nodes(composer.plan(model, ["xnnpack"], inputs, cache=False))
+    if args.model == "gru":
+        model = GRUThenWideHead(32, 64, args.width, 1000).eval()
+    elif args.model == "cell":
+        model = CellThenWideHead(32, 64, args.steps, args.width, 1000).eval()
+    else:
+        model = Segmenter().eval()
+    if args.model == "segmenter":
+        inputs = (torch.randn(args.batch, 3, args.size, args.size),)
+        plan = composer.plan(model, ["xnnpack"], inputs, cache=False)
+        # The other way round: the upsampling on xnnpack, the convolutions on cuda.
+        rest = [n for n in plan.node_backends if "upsample" in plan.node_ops[n]]
+        head = [n for n in plan.node_backends if n not in rest]
+    else:
+        inputs = (torch.randn(args.batch, args.steps, 32),)
+        head, rest = split_nodes(composer.plan(model, ["xnnpack"], inputs, cache=False))
     # The head only on cuda; the GRU's ops XNNPACK does not take (split, squeeze) stay on
     # portable kernels, as in xnnpack alone, rather than crossing to the GPU and back.
     # (zeros, the GRU's first hidden state, is not among the plan's compute nodes: by op.)
@@ -106,8 +175,11 @@ def main() -> int:
     calls["torch eager on the GPU"] = eager_cuda
     times = interleaved(calls, args.runs)
     best_single = min(times[k].median_us for k in ("xnnpack alone", "cuda alone"))
-    print(f"model: GRU (32->64, {args.steps} steps, batch {args.batch}) then "
-          f"64->{args.width}->{args.width}->1000")  # fmt: skip
+    if args.model == "segmenter":
+        print(f"model: segmenter, batch {args.batch}, {args.size}x{args.size}")
+    else:
+        print(f"model: {'GRU' if args.model == 'gru' else 'GRU cell'} (32->64, {args.steps} "
+              f"steps, batch {args.batch}) then 64->{args.width}->{args.width}->1000")  # fmt: skip
     for label, latency in times.items():
         print(f"  {label:<40} median {latency.median_us:9.1f} us  fastest "
               f"{latency.best_us:9.1f} us  vs best single backend "

@@ -8,12 +8,16 @@ declared order with priority and strict placement, the other order, each backend
 times them together, interleaved: every candidate runs hosted (``composer.aoti_host``: CUDA
 delegates as their compiled .so, XNNPACK delegates in an ExecuTorch runtime (the torch-free
 executorch-numpy-runtime under the GPU machine's torch 2.11), the glue in Python).
-Prints each candidate's median and the choice against the best single backend.
+With two backends the per-region search runs too, hosted as well (each call timed,
+``composer.hosted_trace``). Prints each candidate's median, the choice against the best
+single backend, and each region's time per option. ``--models`` takes zoo names and
+``cell``/``segmenter``, bench/gpu_mix.py's models built to mix.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import sys
 import time
@@ -21,6 +25,21 @@ import warnings
 
 import composer
 from composer import zoo
+
+
+def load(name: str):
+    """A zoo model, or one of bench/gpu_mix.py's models built to mix: ``cell`` (an unrolled GRU
+    cell then a wide head, batch 1) or ``segmenter`` (convolutions, then the logits upsampled
+    to the input's size; 256x256)."""
+    if name not in ("cell", "segmenter"):
+        return zoo.load(name)
+    import torch
+    from gpu_mix import CellThenWideHead, Segmenter  # beside this script
+
+    torch.manual_seed(0)
+    if name == "cell":
+        return CellThenWideHead(32, 64, 16, 1024, 1000).eval(), (torch.randn(1, 16, 32),)
+    return Segmenter().eval(), (torch.randn(1, 3, 256, 256),)
 
 
 def main() -> int:
@@ -35,7 +54,7 @@ def main() -> int:
     stack = composer.Stack(args.stack, placement="measured")
     results = []
     for name in args.models.split(","):
-        model, inputs = zoo.load(name)
+        model, inputs = load(name)
         started = time.perf_counter()
         composition = composer.compose(model, stack, inputs, cache=False)
         seconds = time.perf_counter() - started
@@ -50,12 +69,24 @@ def main() -> int:
                   f"calls {candidate['delegate_calls']}  {candidate['note']}")  # fmt: skip
         if singles and chosen:
             print(f"  chosen vs best single backend: {min(singles) / chosen:.2f}x")
+        searched = placement.get("regions", {})
+        for note in searched.get("notes", ()):
+            print(f"  per region: {note}")
+        if "chosen" in searched:
+            print(f"  per region: {len(searched['chosen'])} regions, chose "
+                  f"{dict(collections.Counter(searched['chosen']))}, estimated "
+                  f"{searched['estimated_us']} us; a call's fixed cost {searched['call_us']}; "
+                  f"switches {searched['switch_us']}")  # fmt: skip
+            for index, times in enumerate(searched["region_us"]):
+                nodes = searched["regions"][index]["nodes"]
+                print(f"    region {index} ({len(nodes)} nodes, {nodes[0]}...): {times} -> "
+                      f"{searched['chosen'][index]}")  # fmt: skip
         results.append({"model": name, "seconds": seconds, "placement": placement,
                         "verify": str(verified)})  # fmt: skip
         sys.stdout.flush()
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(results, out, indent=1, default=str)
+        if args.json:  # after each model: a run cut short keeps what it measured
+            with open(args.json, "w") as out:
+                json.dump(results, out, indent=1, default=str)
     return 0
 
 

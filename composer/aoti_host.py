@@ -429,6 +429,7 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
         with graph.inserting_before(node):
             call = graph.call_module(name, tuple(node.args[1:]))
         call.meta = dict(node.meta)
+        call.meta["lowered_module"] = lowered_node.target  # what composer.hosted_trace times
         node.replace_all_uses_with(call)
         graph.erase_node(node)
         if not lowered_node.users:
@@ -445,6 +446,7 @@ class HostedProgram:
     work."""
 
     def __init__(self, composition: Composition) -> None:
+        self.composition = composition
         self.module = aoti_hosted(composition)
         # Delegates that ran as their subgraphs in Python: timing them says little.
         self.in_python: list[tuple[str, str]] = self.module.meta["in_python"]

@@ -12,6 +12,8 @@ from pathlib import Path
 import attrs
 from tabulate import tabulate
 
+from composer.plans import ETDUMP
+
 
 @attrs.frozen
 class Latency:
@@ -162,6 +164,7 @@ class ProgramTrace:
 
     steps: tuple[StepTime, ...]
     execute: Latency  # Method::execute under the same tracer: steps plus what lies between
+    timer = ETDUMP  # what the plan says timed it
 
     @property
     def between_steps_us(self) -> float:

@@ -17,7 +17,7 @@ kernels, and dynamic programming picks a mix that no order of the stack may prod
 candidate is written as node pins (``never = {backend: ["node:NAME"]}``, ``placement =
 "strict"``), timed with the others, and kept only if it beats every whole-program candidate by
 more than ``MARGIN`` (in both rounds): it is a guess from parts, the others are measured whole.
-Each distinct program is then traced (ETDump), so the plan says what every partition of the
+Each distinct program is then traced (ETDump; hosted, each call timed), so the plan says what every partition of the
 chosen program cost and, where another candidate ran the same nodes elsewhere, what they cost
 there.
 """
@@ -267,11 +267,12 @@ def measure(
     compositions it made (none when the cache answered).
 
     ``hosted``: run every candidate through ``aoti_host`` (a stack with CUDA in it, on a
-    GPU) instead of the runtime; the per-region search, which traces with ETDump, is then
-    left out. ``plan_candidate`` plans a candidate without lowering; given, and with two or
+    GPU) instead of the runtime, and time each call there (``composer.hosted_trace``)
+    instead of tracing with ETDump. ``plan_candidate`` plans a candidate without lowering; given, and with two or
     more backends, a per-region candidate is searched too (composer.regions). ``never`` is
     the user's pins, which the config that reproduces the choice repeats."""
-    from composer import regions  # imports torch, which the paths that only read a plan skip
+    # These import torch, which the paths that only read a plan skip.
+    from composer import hosted_trace, regions
     from composer.aoti_host import program_runner
     from composer.errors import ComposerError
 
@@ -323,13 +324,14 @@ def measure(
             continue
         compose_and_load(candidate)
     searched: dict[str, Any] = {}
-    if plan_candidate is not None and len(backends) > 1 and not hosted:
+    if plan_candidate is not None and len(backends) > 1:
         if over_budget():
             searched = {"notes": [f"not searched: over the tune budget of {budget_s:g} s"]}
         else:
             mixed, searched = regions.search(
                 compose_candidate, plan_candidate, backends, inputs,
                 over_budget=over_budget, progress=progress, trace_runs=REGION_RUNS,
+                hosted=hosted,
             )  # fmt: skip
             if mixed is not None:
                 listed.append(mixed)
@@ -357,11 +359,19 @@ def measure(
     traces = {}
     for candidate in [chosen, *(c for c in composed if c != chosen)]:
         digest = same.get(candidate)
-        if hosted or digest is None or digest in traces or (over_budget() and candidate != chosen):
-            continue  # ETDump traces what the runtime runs
+        if digest is None or digest in traces:
+            continue
+        if over_budget() and candidate != chosen:
+            continue
         if progress is not None:
-            progress(f"placement: tracing {candidate.label}, {TRACE_RUNS} runs (ETDump)")
-        traces[digest] = trace(composed[candidate].buffer, inputs, TRACE_RUNS)
+            how = hosted_trace.HostedTrace.timer if hosted else ProgramTrace.timer
+            progress(f"placement: tracing {candidate.label}, {TRACE_RUNS} runs ({how})")
+        if hosted:
+            traces[digest] = hosted_trace.trace_together(
+                {digest: loaded[digest]}, inputs, TRACE_RUNS
+            )[digest]
+        else:
+            traces[digest] = trace(composed[candidate].buffer, inputs, TRACE_RUNS)
     by_candidate = {c: traces[same[c]] for c in composed if traces.get(same.get(c)) is not None}
     partitions, traced = partition_times(chosen, composed, by_candidate)
     choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced,
@@ -425,8 +435,11 @@ def unit_latencies(composition, traced: ProgramTrace) -> dict[str, Latency]:
     return {name: latency for name, _where, latency in unit_steps(composition, traced) if name}
 
 
-def unit_steps(composition, traced: ProgramTrace) -> list[tuple[str | None, str, Latency]]:
+def unit_steps(composition, traced) -> list[tuple[str | None, str, Latency]]:
     """The traced calls in the order they run: (unit name, where it runs, latency).
+
+    ``traced`` is a ``ProgramTrace`` of the runtime (ETDump), or a
+    ``composer.hosted_trace.HostedTrace``, which is matched with the plan as it is timed.
 
     The program's graph lists its calls in the order its instructions run them: a delegate
     call's lowered module keeps the names of the plan nodes it holds. Kernels are matched with
@@ -438,7 +451,11 @@ def unit_steps(composition, traced: ProgramTrace) -> list[tuple[str | None, str,
     """
     from executorch.exir import memory
 
+    from composer.hosted_trace import HostedTrace
     from composer.plans import PORTABLE
+
+    if isinstance(traced, HostedTrace):  # matched with the plan as it was timed
+        return list(traced.steps)
 
     graph = composition.program.exported_program().graph_module
     nodes = [
@@ -453,7 +470,6 @@ def unit_steps(composition, traced: ProgramTrace) -> list[tuple[str | None, str,
     if kinds != [step.kind for step in traced.steps]:
         return []
     plan = composition.plan
-    partitions = {p.id: set(p.nodes) for p in plan.partitions}
     backend_of = {p.id: p.backend for p in plan.partitions}
     pending = [n for n in plan.nodes_on(PORTABLE)]  # in graph order, as build_plan lists them
     steps = iter(traced.steps)
@@ -468,16 +484,20 @@ def unit_steps(composition, traced: ProgramTrace) -> list[tuple[str | None, str,
         step = next(steps)
         if step.kind == "delegate":
             lowered = getattr(graph, node.args[0].target)
-            inside = {n.name for n in lowered.original_module.graph.nodes}
-            best = max(partitions, key=lambda p: len(partitions[p] & inside), default=None)
-            if best is not None and partitions[best] & inside:
-                found.append((best, backend_of[best], step.latency))
-            else:
-                found.append((None, step.name, step.latency))
+            unit = partition_of(plan, {n.name for n in lowered.original_module.graph.nodes})
+            found.append((unit, backend_of[unit] if unit else step.name, step.latency))
         else:
             base = getattr(node.target, "__name__", "").split(".")[0]
             found.append((_next_portable(pending, plan.node_ops, base), PORTABLE, step.latency))
     return found
+
+
+def partition_of(plan, inside: set[str]) -> str | None:
+    """The partition of ``plan`` that shares the most nodes with a lowered module whose graph
+    has the nodes ``inside`` (a delegate keeps the names of the plan nodes it holds);
+    ``None`` where it shares none."""
+    best = max(plan.partitions, key=lambda p: len(inside.intersection(p.nodes)), default=None)
+    return best.id if best is not None and inside.intersection(best.nodes) else None
 
 
 def _next_portable(pending: list[str], ops: Mapping[str, str], kernel: str) -> str | None:
@@ -526,6 +546,7 @@ def partition_times(
         "execute_median_us": round(whole.execute.median_us, 2),
         "between_calls_us": round(whole.between_steps_us, 2),
         "runs": whole.execute.runs,
+        "timer": whole.timer,
     }
     return found, traced
 

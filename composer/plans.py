@@ -13,6 +13,9 @@ from composer.backend_spec import Tolerance
 
 PORTABLE = "portable"
 HOST = "cpu"  # portable kernels, graph inputs and outputs run on the host
+# What timed the partitions and regions of a plan that does not say (made before hosted
+# timing): composer.latency.ProgramTrace.timer.
+ETDUMP = "ExecuTorch's event tracer, ETDump"
 
 
 @attrs.frozen
@@ -143,7 +146,8 @@ class Plan:
         traced = self.placement.get("traced", {})
         if timed:
             lines.append(
-                f"  per partition, traced over {traced['runs']} runs (ETDump), median: the call "
+                f"  per partition, traced over {traced['runs']} runs "
+                f"({traced.get('timer', ETDUMP)}), median: the call "
                 f"{traced['execute_median_us']:.1f} us, {traced['between_calls_us']:.1f} us of "
                 "it between delegate and kernel calls"
             )
@@ -237,7 +241,8 @@ def _region_lines(searched: dict[str, Any]) -> list[str]:
         return [f"  per region: {note}" for note in searched.get("notes", ())]
     estimate = searched.get("estimated_us")
     lines = [
-        f"  per region: {len(regions)} regions, each timed on every option (ETDump)"
+        f"  per region: {len(regions)} regions, each timed on every option "
+        f"({searched.get('timer', ETDUMP)})"
         + (
             ""
             if estimate is None

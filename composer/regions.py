@@ -10,7 +10,8 @@ order of the stack produces. The steps, each a function here:
    interval of a topological order is always convex), cut where the set of backends that take
    the nodes changes, long runs split into pieces of at most ``MAX_REGION_NODES``.
 3. ``layouts``: the programs that measure them, each composed with node pins (``pins``) in
-   strict order and traced with ETDump. Per backend, two in which its regions take turns
+   strict order and traced with ETDump (hosted, with CUDA in the stack on a GPU: each call
+   timed, ``composer.hosted_trace``). Per backend, two in which its regions take turns
    with portable kernels (even regions, then odd ones): every region runs once on it as a
    call of its own, and once on portable kernels, with no other backend's threads about.
    Per pair of backends, one in which regions take turns between the two: the crossings,
@@ -76,7 +77,14 @@ def survey(first: Mapping[str, Any]) -> dict[str, frozenset[str]] | None:
 
 
 def portable_kernels() -> frozenset[str]:
-    """The kernels the ExecuTorch runtime here has ("aten::linear.out")."""
+    """The kernels the ExecuTorch runtime here has ("aten::linear.out"): the pip runtime's,
+    or under another torch than it is built for, the torch-free runtime's (none where that
+    is not installed either)."""
+    from composer import torch_free_runtime
+    from composer.runtime import torch_mismatch
+
+    if torch_mismatch() is not None:
+        return torch_free_runtime.operators()
     from executorch.extension.pybindings import portable_lib
 
     return frozenset(portable_lib._get_operator_names())
@@ -361,6 +369,20 @@ def _befores(places: Sequence[str]) -> list[str]:
     return [places[index - 1] for index in range(len(places))]
 
 
+def on_backends(measured: Costs) -> Costs:
+    """``measured`` without the portable option of the regions a backend takes. Hosted
+    (``composer.aoti_host``), what lies outside the delegates runs as torch ops in Python:
+    its time says nothing of the portable kernels the program would run them on (on the
+    H100 machine, cumsum_mlp all in Python beat every backend, with no delegate at all)."""
+    return attrs.evolve(
+        measured,
+        region_us=tuple(
+            {o: t for o, t in times.items() if o != PORTABLE} or times
+            for times in measured.region_us
+        ),
+    )
+
+
 def choose(regions: Sequence[Region], measured: Costs) -> tuple[tuple[str, ...], float] | None:
     """The cheapest option per region by dynamic programming over the regions in order, and
     its estimated time; ``None`` if some region was measured on no option.
@@ -420,14 +442,18 @@ def search(
     over_budget,
     progress=None,
     trace_runs: int = 50,
+    hosted: bool = False,
 ):
     """Survey, cut, compose and trace the ``layouts``, choose: the per-region candidate (a
     ``placement.Candidate`` with node pins) and what was found, for the plan; the candidate is
-    ``None`` when there is nothing to choose or the search could not finish."""
+    ``None`` when there is nothing to choose or the search could not finish. ``hosted``: the
+    layouts run as the whole-program candidates do with CUDA in the stack on a GPU
+    (``composer.aoti_host``), each call timed there (``composer.hosted_trace``), not in the
+    runtime under ETDump."""
+    from composer import hosted_trace, latency
+    from composer.aoti_host import program_runner
     from composer.errors import ComposerError
-    from composer.latency import trace_together
     from composer.placement import Candidate, unit_steps
-    from composer.runtime import LoadedProgram
 
     say = progress or (lambda line: None)
     backends = list(backends)
@@ -472,32 +498,47 @@ def search(
         except ComposerError as error:
             notes.append(f"{what}: not composed: {_first_line(error)}")
             continue
-        runnable, why = composition.runtime_can_run()
-        if not runnable:
-            notes.append(f"not searched: {why}")
-            return None, found
+        if not hosted:
+            runnable, why = composition.runtime_can_run()
+            if not runnable:
+                notes.append(f"not searched: {why}")
+                return None, found
         try:  # once, alone: one program the runtime fails (an OpenVINO delegate did, on
             # llama_block) must not stop the others' tracing
-            LoadedProgram(composition.buffer).run(inputs)
+            runner = program_runner(composition, hosted)
+            runner.run(inputs)
         except (ComposerError, RuntimeError) as error:
             notes.append(f"{what}: does not run: {_first_line(error)}")
             continue
-        composed.append((what, assignment, composition))
+        composed.append((what, assignment, composition, runner))
+    how = hosted_trace.HostedTrace.timer if hosted else latency.ProgramTrace.timer
+    found["timer"] = how
     say(f"placement: regions: tracing {len(composed)} programs together, {trace_runs} runs each "
-        "(ETDump)")  # fmt: skip
+        f"({how})")  # fmt: skip
     try:
-        traces = trace_together({what: c.buffer for what, _a, c in composed}, inputs, trace_runs)
+        if hosted:
+            runners = {what: runner for what, _a, _c, runner in composed}
+            traces = hosted_trace.trace_together(runners, inputs, trace_runs)
+        else:
+            buffers = {what: c.buffer for what, _a, c, _r in composed}
+            traces = latency.trace_together(buffers, inputs, trace_runs)
     except (ComposerError, RuntimeError) as error:
         notes.append(f"not traced: {_first_line(error)}")
         return None, found
     programs = []
-    for what, assignment, composition in composed:
+    for what, assignment, composition, _runner in composed:
         traced = traces[what]
         if traced is None:
             notes.append(f"{what}: not traced: its calls cannot be matched")
             continue
         programs.append((assignment, composition.plan, unit_steps(composition, traced), traced))
     measured = costs(regions, programs)
+    if hosted:
+        measured = on_backends(measured)
+        notes.append(
+            "hosted: ops outside the delegates ran in Python, not on portable kernels, so "
+            "a region a backend takes is placed on a backend"
+        )
     found.update(measured.to_dict())
     chosen = choose(regions, measured)
     if chosen is None:

@@ -50,6 +50,17 @@ def backends() -> frozenset[str]:
     return frozenset(runtime.runtime_info()["backends"])
 
 
+@functools.cache
+def operators() -> frozenset[str]:
+    """The kernels the torch-free runtime has ("aten::add.out"); empty where it is not
+    installed."""
+    try:
+        runtime = _runtime()
+    except ImportError:
+        return frozenset()
+    return frozenset(runtime.runtime_info()["operators"])
+
+
 def version() -> str:
     return _runtime().runtime_info()["executorch_version"]
 

@@ -20,7 +20,7 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import PreprocessResult
 
 import composer
-from composer import aoti_host, runtime, torch_free_runtime, zoo
+from composer import aoti_host, hosted_trace, runtime, torch_free_runtime, zoo
 from composer.aoti_host import ManifestFormatError, parse_manifest
 from composer.errors import ComposerError
 from composer.runtime import LoadedProgram
@@ -249,6 +249,23 @@ def test_a_hosted_program_offers_what_a_loaded_one_does():
     timed = hosted.timed_call(inputs)
     ok, worst = compare(flatten_tensors(timed()), model(*inputs))
     assert ok, worst
+
+
+def test_a_hosted_trace_times_each_call_and_names_its_partition():
+    """What measured placement reads for a stack with CUDA in it, where ETDump sees nothing."""
+    model, inputs = zoo.load("cumsum_mlp")
+    composition = composer.compose(model, ["xnnpack"], inputs)
+    program = aoti_host.program_runner(composition, hosted=True)
+    traced = hosted_trace.trace_together({"xnnpack": program}, inputs, runs=7)["xnnpack"]
+    partitions = [p.id for p in composition.plan.partitions]
+    assert [(unit, where) for unit, where, _latency in traced.steps] == [
+        (partitions[0], "xnnpack"), ("aten_cumsum_default", "portable"),
+        (partitions[1], "xnnpack"),
+    ]  # fmt: skip
+    for _unit, _where, latency in traced.steps:
+        assert latency.runs == 7 and latency.median_us > 0
+    assert traced.execute.runs == 7
+    assert traced.between_steps_us >= 0
 
 
 # ---- on a GPU ------------------------------------------------------------------------------

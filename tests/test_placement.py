@@ -180,7 +180,9 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     assert elsewhere <= {"openvino", "xnnpack", "portable"}
     measured = dict(plan.explain("aten_cumsum_default"))["measured"]
     assert measured.startswith(f"{cumsum['partition']} (1 node) on {cumsum['backend']}: ")
-    assert "per partition, traced over 30 runs (ETDump)" in plan.summary_table()
+    assert "per partition, traced over 30 runs (ExecuTorch's event tracer, ETDump)" in (
+        plan.summary_table()
+    )
 
     lines.clear()
     second = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured",
@@ -331,6 +333,47 @@ def test_a_candidate_that_fails_to_lower_is_noted_and_the_rest_measured(cache):
         assert found[label]["median_us"] is None
     assert found["xnnpack alone"]["median_us"] is not None
     assert plan.placement["chosen"] == "xnnpack alone"
+
+
+def test_hosted_the_search_and_the_partition_times_come_from_each_call_timed(cache):
+    """With CUDA in the stack on a GPU every candidate runs hosted (composer.aoti_host), where
+    ETDump sees nothing: the per-region search and the per-partition times then time each
+    call there. Here the hosted executor runs OpenVINO and XNNPACK delegates in the runtime."""
+    model, inputs = zoo.load("cumsum_mlp")
+    stack = composer.Stack(["openvino", "xnnpack"])
+
+    def only(candidate):
+        kept = stack.only(candidate.backends, candidate.placement)
+        return attrs.evolve(kept, never=candidate.never(kept.never))
+
+    lines = []
+    choice, composed = placement.measure(
+        lambda c: composer.compose(model, only(c), inputs, cache=False),
+        list(stack.backends), inputs, key=None, hosted=True, progress=lines.append,
+        plan_candidate=lambda c: composer.plan(model, only(c), inputs, cache=False),
+    )  # fmt: skip
+    hosted = "(hosted, each call timed in Python)"
+    assert f"placement: regions: tracing 7 programs together, 50 runs each {hosted}" in lines
+    searched = choice.to_dict()["regions"]
+    assert searched["timer"] == "hosted, each call timed in Python"
+    assert [r["options"] for r in searched["regions"]][2] == ["openvino", "portable"]
+    # Hosted, portable kernels are torch ops in Python: never chosen where a backend can be.
+    assert [set(times) for times in searched["region_us"]] == [
+        set(region["options"]) - {"portable"} for region in searched["regions"]
+    ]
+    assert "portable" not in searched["chosen"]
+    assert any(note.startswith("hosted: ops outside the delegates ran in Python")
+               for note in searched["notes"])  # fmt: skip
+    assert set(searched["call_us"]) == {"openvino", "xnnpack"}
+    labels = [m.candidate.label for m in choice.measurements]
+    assert labels[-1] == "openvino,xnnpack (per region)"
+    # The chosen program's partitions, each with its time as the hosted executor ran it.
+    plan = composed[choice.chosen].plan
+    timed = {p.partition: p for p in choice.partitions}
+    assert list(timed) == [p.id for p in plan.partitions] + plan.nodes_on("portable")
+    assert all(p.latency.median_us > 0 for p in timed.values())
+    assert choice.traced["timer"] == "hosted, each call timed in Python"
+    assert any(line.startswith("placement: tracing ") and line.endswith(hosted) for line in lines)
 
 
 def test_a_per_region_candidate_must_beat_every_whole_program_by_the_margin():
