@@ -147,7 +147,7 @@ def main() -> int:
     mix = composer.Stack(["xnnpack", "cuda"], never=never)
     stacks = {"xnnpack alone": composer.Stack(["xnnpack"]),
               "cuda alone": composer.Stack(["cuda"]),
-              "xnnpack,cuda, head pinned off xnnpack": mix}  # fmt: skip
+              "xnnpack,cuda, pinned mix": mix}  # fmt: skip
     if args.plan_only:
         plan = composer.plan(model, mix, inputs, cache=False)
         print({b: len(plan.partitions_of(b)) for b in plan.backends}, dict(plan.ops_on("cuda")))
