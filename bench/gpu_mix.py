@@ -97,6 +97,28 @@ class Segmenter(nn.Module):
         )
 
 
+class ConvStemTransformer(nn.Module):
+    """A hybrid vision model as MobileViT and other conv-stem transformers are built: a
+    convolution stem (batch norm, ReLU) down to 1/16 of the image, its pixels as tokens,
+    transformer blocks (attention, GELU MLP), mean pooling and a linear head."""
+
+    def __init__(self, dim: int = 192, blocks: int = 2, classes: int = 1000) -> None:
+        super().__init__()
+        from composer.zoo import TransformerBlock
+
+        widths = [3, 32, 64, 128, dim]
+        self.stem = nn.Sequential(*(
+            nn.Sequential(nn.Conv2d(a, b, 3, 2, 1), nn.BatchNorm2d(b), nn.ReLU())
+            for a, b in zip(widths, widths[1:])
+        ))  # fmt: skip
+        self.blocks = nn.Sequential(*(TransformerBlock(dim, 4) for _ in range(blocks)))
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.stem(x).flatten(2).transpose(1, 2)
+        return self.head(self.blocks(tokens).mean(dim=1))
+
+
 def split_nodes(plan) -> tuple[list[str], list[str]]:
     """(the head's nodes, the rest): the head is the last three linears and the two relus;
     the GRU's 1 + ``steps`` linears come first (edge names count up in program order)."""
@@ -116,8 +138,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--model", choices=("gru", "cell", "segmenter"), default="gru")
-    parser.add_argument("--size", type=int, default=512, help="the segmenter's image size")
+    parser.add_argument(
+        "--model", choices=("gru", "cell", "segmenter", "hybrid"), default="gru"
+    )
+    parser.add_argument("--size", type=int, default=512, help="the image size (segmenter, hybrid)")
     parser.add_argument(
         "--plan-only", action="store_true", help="print the mix's plan, lower nothing"
     )
@@ -128,9 +152,20 @@ def main() -> int:
         model = GRUThenWideHead(32, 64, args.width, 1000).eval()
     elif args.model == "cell":
         model = CellThenWideHead(32, 64, args.steps, args.width, 1000).eval()
-    else:
+    elif args.model == "segmenter":
         model = Segmenter().eval()
-    if args.model == "segmenter":
+    else:
+        model = ConvStemTransformer().eval()
+    if args.model == "hybrid":
+        inputs = (torch.randn(args.batch, 3, args.size, args.size),)
+        # The stem's ops (no transformer block has them) pinned off cuda by op; every other
+        # node pinned off xnnpack by name, as the mixed stack's edge program names them.
+        stem = ("aten.conv2d.default", "aten.convolution.default", "aten.relu.default",
+                "aten._native_batch_norm_legit_no_training.default")  # fmt: skip
+        plan = composer.plan(model, ["xnnpack", "cuda"], inputs, cache=False)
+        head = [n for n, op in plan.node_ops.items() if op not in stem]
+        rest = list(stem)
+    elif args.model == "segmenter":
         inputs = (torch.randn(args.batch, 3, args.size, args.size),)
         plan = composer.plan(model, ["xnnpack"], inputs, cache=False)
         # The other way round: the upsampling on xnnpack, the convolutions on cuda.
@@ -143,7 +178,8 @@ def main() -> int:
     # portable kernels, as in xnnpack alone, rather than crossing to the GPU and back.
     # (zeros, the GRU's first hidden state, is not among the plan's compute nodes: by op.)
     never = {"xnnpack": [f"node:{n}" for n in head],
-             "cuda": ["aten.zeros.default", *(f"node:{n}" for n in rest)]}  # fmt: skip
+             "cuda": ["aten.zeros.default", *(n if n.startswith("aten.") else f"node:{n}"
+                                              for n in rest)]}  # fmt: skip
     mix = composer.Stack(["xnnpack", "cuda"], never=never)
     stacks = {"xnnpack alone": composer.Stack(["xnnpack"]),
               "cuda alone": composer.Stack(["cuda"]),
@@ -151,6 +187,7 @@ def main() -> int:
     if args.plan_only:
         plan = composer.plan(model, mix, inputs, cache=False)
         print({b: len(plan.partitions_of(b)) for b in plan.backends}, dict(plan.ops_on("cuda")))
+        print(dict(plan.ops_on("xnnpack")), dict(plan.ops_on("portable")))
         return 0
     with torch.no_grad():
         expected = model(*inputs)
@@ -175,8 +212,8 @@ def main() -> int:
     calls["torch eager on the GPU"] = eager_cuda
     times = interleaved(calls, args.runs)
     best_single = min(times[k].median_us for k in ("xnnpack alone", "cuda alone"))
-    if args.model == "segmenter":
-        print(f"model: segmenter, batch {args.batch}, {args.size}x{args.size}")
+    if args.model in ("segmenter", "hybrid"):
+        print(f"model: {args.model}, batch {args.batch}, {args.size}x{args.size}")
     else:
         print(f"model: {'GRU' if args.model == 'gru' else 'GRU cell'} (32->64, {args.steps} "
               f"steps, batch {args.batch}) then 64->{args.width}->{args.width}->1000")  # fmt: skip

@@ -167,3 +167,28 @@ def test_matmuls_go_to_cuda_only_when_max_autotune_lets_inductor_use_triton(
         assert "aten.bmm.out" in " ".join(reasons)
     # The rest of the block still goes to the GPU either way.
     assert plan.ops_on("cuda")["aten._softmax.default"] == 1
+
+
+def test_a_backend_listed_before_cuda_takes_the_convolutions_it_takes_alone():
+    """cuda kept conv2d whole (AotiPartitioner keeps every op whole), and XNNPACK takes only
+    aten.convolution: listed first, it took no convolution and cuda took them all. conv2d
+    is convolution to Inductor either way, so cuda lets it decompose."""
+    model, inputs = zoo.load("cnn")
+    first = composer.plan(model, ["xnnpack", "cuda"], inputs, cache=False)
+    assert first.ops_on("xnnpack")["aten.convolution.default"] == 2
+    assert first.delegate_calls == 1 and not first.partitions_of("cuda")
+    alone = composer.plan(model, ["cuda"], inputs, cache=False)
+    assert alone.ops_on("cuda")["aten.convolution.default"] == 2
+    assert not alone.nodes_on("portable")
+
+
+def test_transposed_convolutions_go_to_the_next_backend():
+    """CudaBackend lets Inductor choose Triton conv templates only, and there is none for a
+    transposed convolution: cuda alone failed to lower the zoo's unet on the H100 with
+    "NoValidChoicesError: No choices to select"."""
+    model, inputs = zoo.load("unet")
+    plan = composer.plan(model, ["cuda", "xnnpack"], inputs, cache=False)
+    assert plan.ops_on("xnnpack") == {"aten.convolution.default": 2}
+    alone = composer.plan(model, ["cuda"], inputs, cache=False)
+    reasons = [dict(f.reasons)["cuda"] for f in alone.fallbacks]
+    assert reasons == ["AOTInductor has no Triton template for a transposed convolution"] * 2

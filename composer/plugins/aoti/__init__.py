@@ -121,6 +121,28 @@ def ops_inductor_sees(node: torch.fx.Node, op: torch._ops.OpOverload) -> frozens
     return ops
 
 
+def is_core_alias(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s op is a composite whose decomposition is one core ATen op (conv2d
+    is convolution, layer_norm native_layer_norm): the form the edge dialect has anyway."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    op = node.target
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+        return False
+    try:
+        args = _as_meta(tuple(node.args))
+        kwargs = {name: _as_meta(value) for name, value in node.kwargs.items()}
+        traced = make_fx(lambda *a: op(*a, **kwargs))(*args)
+    except Exception:  # noqa: BLE001 - data-dependent or symbolic: keep it as it is
+        return False
+    ops = {
+        n.target
+        for n in traced.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    }
+    return len(ops) == 1 and torch.Tag.core in next(iter(ops)).tags
+
+
 def fallback_kernel_names(op: torch._ops.OpOverload, device: str) -> set[str]:
     """The names under which Inductor asks a runtime for ``op``'s fallback kernel."""
     packet = op.overloadpacket.__name__
@@ -239,12 +261,15 @@ class AotiPlugin:
     @hookimpl
     def composer_ops_to_not_decompose(self, backend, program, options):
         # Like AotiPartitioner, keep whole what AOTInductor compiles whole; unlike it, let
-        # ops it would not take decompose, so their parts can still go to this backend.
+        # ops it would not take decompose, so their parts can still go to this backend, and
+        # let aliases of one core op decompose: conv2d is convolution to Inductor either way,
+        # but whole, no backend before this one in a stack could take it (XNNPACK takes
+        # aten.convolution only, so [xnnpack, cuda] gave every convolution to cuda).
         support = AotiOperatorSupport(self, self.checked_options(options))
         keep: dict[torch._ops.OpOverload, bool] = {}
         for node in program.graph.nodes:
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-                ok = support.reason_unsupported(node) is None
+                ok = support.reason_unsupported(node) is None and not is_core_alias(node)
                 keep[node.target] = keep.get(node.target, True) and ok
         return [op for op, ok in keep.items() if ok]
 

@@ -66,7 +66,19 @@ class CudaPlugin(AotiPlugin):
             if all(t is not None and t.dtype == torch.bfloat16 and t.dim() == 4 for t in qkv):
                 return None
             return "ExecuTorch's CUDA SDPA kernel takes only bfloat16 4-D q, k, v"
+        if _is_transposed_convolution(op, node):
+            # Inductor has no Triton template for them, and CudaBackend allows Triton conv
+            # templates only: "NoValidChoicesError: No choices to select" (zoo unet, H100).
+            return "AOTInductor has no Triton template for a transposed convolution"
         return False
+
+
+def _is_transposed_convolution(op, node) -> bool:
+    aten = torch.ops.aten
+    if op in (aten.conv_transpose1d.default, aten.conv_transpose2d.input,
+              aten.conv_transpose3d.input):  # fmt: skip
+        return True
+    return op is aten.convolution.default and len(node.args) > 6 and node.args[6] is True
 
 
 plugin = CudaPlugin()
