@@ -1,21 +1,27 @@
-"""Is there room for ``[xnnpack, cuda]`` on the GPU machine? A model that mixes op types as
-sequence models do: a GRU encoder over a short sequence (many small sequential steps: cheap
-on the host's cores, a chain of kernel launches on the GPU), then a wide MLP head (large
-matmuls: the GPU's work).
+"""Is there room for ``[xnnpack, cuda]`` on the GPU machine? Models that mix op types:
+
+- ``--model gru``: a GRU encoder over a short sequence (many small sequential steps: cheap on
+  the host's cores, a chain of kernel launches on the GPU), then a wide MLP head (large
+  matmuls: the GPU's work); ``cell``: the same with the GRU cell written out, so that the
+  recurrence is one XNNPACK delegate;
+- ``--model segmenter``: convolutions, then the logits upsampled back to the input's size
+  (the upsampling on XNNPACK, so that only the small logits cross);
+- ``--model hybrid``: a convolution stem, then transformer blocks (the stem on XNNPACK).
 
     source bench/gpu_setup.sh
-    python3 bench/gpu_mix.py [--width 4096] [--steps 16] [--batch 64] [--runs 200]
+    python3 bench/gpu_mix.py [--model gru] [--width 4096] [--steps 16] [--batch 64] [--size 512]
 
-Composes it three ways, each lowered for real: xnnpack alone, cuda alone, and
-``[xnnpack, cuda]`` with node pins (``Stack.never``) that keep the head off xnnpack and the
-rest off cuda, so XNNPACK runs the GRU and CUDA the head. Then times the three together, interleaved, hosted as
-measured placement times a stack with CUDA in it (``composer.aoti_host``: CUDA delegates as
-their ``.so``, XNNPACK ones in an ExecuTorch runtime), and checks each against eager.
+Composes each three ways, each lowered for real: xnnpack alone, cuda alone, and
+``[xnnpack, cuda]`` with node pins (``Stack.never``) that split the model between them as
+said. Then times the three together, interleaved, hosted as measured placement times a stack
+with CUDA in it (``composer.aoti_host``: CUDA delegates as their ``.so``, XNNPACK ones in an
+ExecuTorch runtime), and checks each against eager. Results: bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import warnings
 
@@ -109,7 +115,7 @@ class ConvStemTransformer(nn.Module):
         widths = [3, 32, 64, 128, dim]
         self.stem = nn.Sequential(*(
             nn.Sequential(nn.Conv2d(a, b, 3, 2, 1), nn.BatchNorm2d(b), nn.ReLU())
-            for a, b in zip(widths, widths[1:])
+            for a, b in itertools.pairwise(widths)
         ))  # fmt: skip
         self.blocks = nn.Sequential(*(TransformerBlock(dim, 4) for _ in range(blocks)))
         self.head = nn.Linear(dim, classes)
@@ -138,9 +144,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument(
-        "--model", choices=("gru", "cell", "segmenter", "hybrid"), default="gru"
-    )
+    parser.add_argument("--model", choices=("gru", "cell", "segmenter", "hybrid"), default="gru")
     parser.add_argument("--size", type=int, default=512, help="the image size (segmenter, hybrid)")
     parser.add_argument(
         "--plan-only", action="store_true", help="print the mix's plan, lower nothing"
