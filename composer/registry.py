@@ -153,9 +153,9 @@ class Registry:
 
     def resolve(self, names: str | Sequence[str]) -> list[Backend]:
         """Turn ``"a,b"`` or ``["a", "b"]`` into backends, in priority order."""
-        if isinstance(names, str):
-            names = [part.strip() for part in names.split(",")]
-        names = [name for name in names if name]
+        from composer.stack import backend_names
+
+        names = list(backend_names(names))
         if not names:
             raise BackendListError(
                 f"the backend list is empty; name at least one of: {self._known()}."

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 PLACEMENTS = ("priority", "strict", "measured")
 
 
-def _names(value: str | Iterable[str]) -> tuple[str, ...]:
+def backend_names(value: str | Iterable[str]) -> tuple[str, ...]:
+    """Backend names from ``"a, b"`` or ``["a", "b"]``, stripped, blanks dropped."""
     value = value.split(",") if isinstance(value, str) else list(value)
     if not all(isinstance(name, str) for name in value):
         raise BackendListError(f"backends must be backend names (a list, or 'a,b'), not {value!r}.")
@@ -76,7 +77,7 @@ class Stack:
       ``tune_budget`` seconds, and keeps the fastest.
     """
 
-    backends: tuple[str, ...] = attrs.field(converter=_names)
+    backends: tuple[str, ...] = attrs.field(converter=backend_names)
     options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, converter=_options)
     never: Mapping[str, frozenset[str]] = attrs.field(factory=dict, converter=_pins)
     min_partition_size: Mapping[str, int] = attrs.field(factory=dict, converter=_sizes)
