@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from composer.errors import ComposerError
-from composer.stack import PLACEMENTS, Stack
+from composer.stack import PLACEMENTS, Stack, backend_names
 
 KEYS = {
     "backends",
@@ -120,7 +120,7 @@ def _fields(table: dict[str, Any], path: Path | str) -> dict[str, Any]:
     fields: dict[str, Any] = {"placement": _placement(table, path)}
     backends = table.get("backends", ())
     if isinstance(backends, str):
-        backends = [b.strip() for b in backends.split(",")]
+        backends = list(backend_names(backends))
     fields["backends"] = tuple(_strings(backends, path, "backends"))
     fields["options"] = {
         name: {key: str(value) for key, value in _table(values, path, f"options.{name}").items()}
