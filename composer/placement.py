@@ -17,9 +17,9 @@ kernels, and dynamic programming picks a mix that no order of the stack may prod
 candidate is written as node pins (``never = {backend: ["node:NAME"]}``, ``placement =
 "strict"``), timed with the others, and kept only if it beats every whole-program candidate by
 more than ``MARGIN`` (in both rounds): it is a guess from parts, the others are measured whole.
-Each distinct program is then traced (ETDump; hosted, each call timed), so the plan says what every partition of the
-chosen program cost and, where another candidate ran the same nodes elsewhere, what they cost
-there.
+Each distinct program is then traced (ETDump; hosted, each call timed), so the plan says
+what every partition of the chosen program cost and, where another candidate ran the same
+nodes elsewhere, what they cost there.
 """
 
 from __future__ import annotations
@@ -268,8 +268,9 @@ def measure(
 
     ``hosted``: run every candidate through ``aoti_host`` (a stack with CUDA in it, on a
     GPU) instead of the runtime, and time each call there (``composer.hosted_trace``)
-    instead of tracing with ETDump. ``plan_candidate`` plans a candidate without lowering; given, and with two or
-    more backends, a per-region candidate is searched too (composer.regions). ``never`` is
+    instead of tracing with ETDump. ``plan_candidate`` plans a candidate without lowering;
+    given, and with two or more backends, a per-region candidate is searched too
+    (composer.regions). ``never`` is
     the user's pins, which the config that reproduces the choice repeats."""
     # These import torch, which the paths that only read a plan skip.
     from composer import hosted_trace, regions

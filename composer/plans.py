@@ -18,6 +18,11 @@ HOST = "cpu"  # portable kernels, graph inputs and outputs run on the host
 ETDUMP = "ExecuTorch's event tracer, ETDump"
 
 
+def timer_of(timed: dict[str, Any]) -> str:
+    """What timed ``timed`` (a plan's ``placement["traced"]`` or ``["regions"]``)."""
+    return timed.get("timer", ETDUMP)
+
+
 @attrs.frozen
 class Partition:
     """One delegate: the backend that took it and the edge-program nodes inside it."""
@@ -147,7 +152,7 @@ class Plan:
         if timed:
             lines.append(
                 f"  per partition, traced over {traced['runs']} runs "
-                f"({traced.get('timer', ETDUMP)}), median: the call "
+                f"({timer_of(traced)}), median: the call "
                 f"{traced['execute_median_us']:.1f} us, {traced['between_calls_us']:.1f} us of "
                 "it between delegate and kernel calls"
             )
@@ -242,7 +247,7 @@ def _region_lines(searched: dict[str, Any]) -> list[str]:
     estimate = searched.get("estimated_us")
     lines = [
         f"  per region: {len(regions)} regions, each timed on every option "
-        f"({searched.get('timer', ETDUMP)})"
+        f"({timer_of(searched)})"
         + (
             ""
             if estimate is None

@@ -7,7 +7,7 @@ from collections import Counter
 
 import attrs
 
-from composer.plans import ETDUMP, PORTABLE, Partition, Plan
+from composer.plans import PORTABLE, Partition, Plan, timer_of
 
 # Distinct hues, none of them red: red is reserved for device crossings.
 PALETTE = (
@@ -63,10 +63,6 @@ class _Layout:
     positions: dict[str, tuple[float, float]] = attrs.field(factory=dict)
     width: float = 0.0
     height: float = 0.0
-
-
-def _timer(timed: dict) -> str:
-    return timed.get("timer", ETDUMP)
 
 
 def _e(text: object) -> str:
@@ -315,7 +311,7 @@ def _measured(plan: Plan) -> str:
     parts += [
         (
             f"<p>Per partition of the chosen program, traced over {traced['runs']} runs "
-            f"({_e(_timer(traced))}), medians. The whole call took "
+            f"({_e(timer_of(traced))}), medians. The whole call took "
             f"{traced['execute_median_us']:.1f} us, "
             f"{traced['between_calls_us']:.1f} us of it between the delegate and kernel calls. "
             "Elsewhere: the same nodes as another candidate ran them.</p>"
@@ -359,7 +355,7 @@ def _region_search(searched: dict) -> str:
         (
             f"<p>The graph cut into {len(regions)} regions (intervals of a topological order), "
             "each timed on every option that takes it in programs traced together ("
-            + _e(_timer(searched))
+            + _e(timer_of(searched))
             + "), medians in us. Dynamic programming over the "
             "regions picked an option per region, charging each call's fixed cost and each "
             "switch"

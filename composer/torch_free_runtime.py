@@ -40,25 +40,26 @@ def _runtime():
 
 
 @functools.cache
-def backends() -> frozenset[str]:
-    """The delegate backends the torch-free runtime has; empty where it is not installed (it
+def _info() -> dict | None:
+    """What the torch-free runtime reports of itself; ``None`` where it is not installed (it
     needs Python 3.12)."""
     try:
-        runtime = _runtime()
+        return _runtime().runtime_info()
     except ImportError:
-        return frozenset()
-    return frozenset(runtime.runtime_info()["backends"])
+        return None
 
 
-@functools.cache
+def backends() -> frozenset[str]:
+    """The delegate backends the torch-free runtime has; empty where it is not installed."""
+    info = _info()
+    return frozenset(info["backends"]) if info else frozenset()
+
+
 def operators() -> frozenset[str]:
     """The kernels the torch-free runtime has ("aten::add.out"); empty where it is not
     installed."""
-    try:
-        runtime = _runtime()
-    except ImportError:
-        return frozenset()
-    return frozenset(runtime.runtime_info()["operators"])
+    info = _info()
+    return frozenset(info["operators"]) if info else frozenset()
 
 
 def version() -> str:

@@ -92,20 +92,20 @@ def _signature(value) -> object:
     return repr(value)
 
 
-_decomposed_cache: dict[object, frozenset[torch._ops.OpOverload]] = {}
+_traced_cache: dict[object, frozenset[torch._ops.OpOverload] | None] = {}
 
 
-def ops_inductor_sees(node: torch.fx.Node, op: torch._ops.OpOverload) -> frozenset:
-    """The ops left once Inductor's decompositions have run on ``node`` (``{op}`` if none)."""
+def _traced_ops(node: torch.fx.Node, op, decompositions=None) -> frozenset | None:
+    """The ops ``op`` becomes, traced on ``node``'s arguments as meta tensors, with
+    ``decompositions`` (None: only what every trace decomposes, the composite ops); ``None``
+    where it cannot be traced (data-dependent or symbolic)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    _lowerings, _fallbacks, decompositions = _inductor_tables()
-    if op not in decompositions:
-        return frozenset({op})
-    # Tracing a decomposition costs milliseconds; a model repeats few (op, shapes) pairs.
-    key = (op, _signature(tuple(node.args)), _signature(tuple(node.kwargs.items())))
-    if key in _decomposed_cache:
-        return _decomposed_cache[key]
+    # Tracing costs milliseconds; a model repeats few (op, shapes) pairs.
+    key = (op, decompositions is None, _signature(tuple(node.args)),
+           _signature(tuple(node.kwargs.items())))  # fmt: skip
+    if key in _traced_cache:
+        return _traced_cache[key]
     try:
         args = _as_meta(tuple(node.args))
         kwargs = {name: _as_meta(value) for name, value in node.kwargs.items()}
@@ -115,32 +115,29 @@ def ops_inductor_sees(node: torch.fx.Node, op: torch._ops.OpOverload) -> frozens
             for n in traced.graph.nodes
             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
         )
-    except Exception:  # noqa: BLE001 - data-dependent or symbolic: judge the op itself
-        ops = frozenset({op})
-    _decomposed_cache[key] = ops
+    except Exception:  # noqa: BLE001 - the caller judges the op itself
+        ops = None
+    _traced_cache[key] = ops
     return ops
+
+
+def ops_inductor_sees(node: torch.fx.Node, op: torch._ops.OpOverload) -> frozenset:
+    """The ops left once Inductor's decompositions have run on ``node`` (``{op}`` if none)."""
+    _lowerings, _fallbacks, decompositions = _inductor_tables()
+    if op not in decompositions:
+        return frozenset({op})
+    ops = _traced_ops(node, op, decompositions)
+    return frozenset({op}) if ops is None else ops
 
 
 def is_core_alias(node: torch.fx.Node) -> bool:
     """Whether ``node``'s op is a composite whose decomposition is one core ATen op (conv2d
     is convolution, layer_norm native_layer_norm): the form the edge dialect has anyway."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     op = node.target
     if not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
         return False
-    try:
-        args = _as_meta(tuple(node.args))
-        kwargs = {name: _as_meta(value) for name, value in node.kwargs.items()}
-        traced = make_fx(lambda *a: op(*a, **kwargs))(*args)
-    except Exception:  # noqa: BLE001 - data-dependent or symbolic: keep it as it is
-        return False
-    ops = {
-        n.target
-        for n in traced.graph.nodes
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-    }
-    return len(ops) == 1 and torch.Tag.core in next(iter(ops)).tags
+    ops = _traced_ops(node, op)
+    return ops is not None and len(ops) == 1 and torch.Tag.core in next(iter(ops)).tags
 
 
 def fallback_kernel_names(op: torch._ops.OpOverload, device: str) -> set[str]:
