@@ -29,7 +29,7 @@ def _stack(args: argparse.Namespace):
     if args.config and not path.is_file():
         raise ComposerError(f"no such config file: {args.config}")
     placement = "strict" if args.no_consolidate else args.placement
-    return stack_from(path, args.backends, args.option, placement, args.tune_budget)
+    return stack_from(path, args.backends, args.option, placement, args.tune_budget, args.threads)
 
 
 def _backends(args: argparse.Namespace) -> int:
@@ -135,8 +135,11 @@ def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None
     def compose_single(name: str):
         return composer.compose(model, stack.only([name]), inputs)
 
+    from composer import cpu_threads
+
     print(f"latency, {runs} or more calls each (interleaved with eager, until the fastest "
-          "calls agree), in the ExecuTorch runtime:", flush=True)  # fmt: skip
+          f"calls agree), in the ExecuTorch runtime, XNNPACK on {cpu_threads.current()} "
+          "thread(s):", flush=True)  # fmt: skip
     rows, notes = compare_with_singles(composition, compose_single, runs)
     print(latency_table(rows))
     for note in notes:
@@ -168,6 +171,10 @@ def _run(args: argparse.Namespace) -> int:
     if inputs is None:
         raise ComposerError("pass --inputs FILE (a tuple of tensors saved with torch.save) or "
                             "--compare MODEL to use the model's example inputs.")  # fmt: skip
+    if args.threads is not None:
+        from composer import cpu_threads
+
+        cpu_threads.set_threads(args.threads)
     buffer = program.read_bytes()
     loaded = LoadedProgram(buffer)
     loaded.check_inputs(inputs)
@@ -215,9 +222,11 @@ def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> N
         candidates["eager"] = lambda: eager(*inputs)
     with torch.no_grad():
         timed = interleaved(candidates, runs)
+    from composer import cpu_threads
+
     print(
-        f"latency, {runs} or more calls after warm-up"
-        + (", interleaved with eager:" if eager else ":")
+        f"latency, {runs} or more calls after warm-up, XNNPACK on {cpu_threads.current()} "
+        "thread(s)" + (", interleaved with eager:" if eager else ":")
     )
     calls = len(delegate_backend_ids(buffer))
     rows = [ProgramLatency(name, None if name == "eager" else calls, latency)
@@ -308,6 +317,7 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         "--tune-budget", type=float, metavar="SECONDS",
         help="with --placement measured: stop composing new candidates after this long",
     )  # fmt: skip
+    _add_threads_argument(parser)
     parser.add_argument(
         "--no-cache", action="store_true",
         help="neither read nor write composer's cache (composed programs, lowered partitions, "
@@ -315,6 +325,14 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--no-consolidate", action="store_true", help="the same as --placement strict",
+    )  # fmt: skip
+
+
+def _add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads", type=int, metavar="N",
+        help="the ExecuTorch runtime's threads for XNNPACK in this run (default: the config's, "
+        "else one per core); measured placement times with them",
     )  # fmt: skip
 
 
@@ -359,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fastest, median and p90 latency over N or more calls after warm-up (default 200), "
         "per delegate too",
     )  # fmt: skip
+    _add_threads_argument(run)
     run.set_defaults(run=_run)
 
     cache = commands.add_parser("cache", help="what composer keeps between runs")

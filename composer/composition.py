@@ -99,6 +99,10 @@ def plan(
     """
     stack = Stack.of(stack, **settings)
     cache = cache and cache_enabled()
+    if stack.threads is not None:
+        from composer import cpu_threads
+
+        cpu_threads.set_threads(stack.threads)
     if stack.placement == "measured":
         return _measured(model, stack, example_inputs, progress, cache, registry).plan
     given_registry = registry is not None
@@ -183,6 +187,7 @@ def _measured(model, stack: Stack, example_inputs, progress, cache: bool, regist
         hosted=hosted,
         plan_candidate=plan_candidate,
         never={name: sorted(pins) for name, pins in stack.never.items()},
+        threads_set=stack.threads is not None,
     )
     composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
     composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())
@@ -213,8 +218,8 @@ def compose(
 
     ``stack`` is a :class:`~composer.stack.Stack`, or its backends (a list of names or
     ``"a,b"``) with the other fields of a Stack as keywords: ``options``, ``never``,
-    ``min_partition_size``, ``placement``, ``tune_budget`` (``consolidate=False`` is the
-    older spelling of ``placement="strict"``). ``example_inputs`` export an ``nn.Module``
+    ``min_partition_size``, ``placement``, ``tune_budget``, ``threads`` (``consolidate=False``
+    is the older spelling of ``placement="strict"``). ``example_inputs`` export an ``nn.Module``
     (an ``ExportedProgram`` needs none). ``progress`` gets one line per backend and
     partition as lowering goes.
 
@@ -227,6 +232,10 @@ def compose(
     """
     stack = Stack.of(stack, **settings)
     cache = cache and cache_enabled()
+    if stack.threads is not None:
+        from composer import cpu_threads
+
+        cpu_threads.set_threads(stack.threads)
     if stack.placement == "measured":
         return _measured(model, stack, example_inputs, progress, cache, registry)
     given_registry = registry is not None

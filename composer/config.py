@@ -21,7 +21,8 @@ torch version, and a pin that names no node of the program is warned about.
 ``placement = "strict"`` (top level) keeps plain priority order: no island is handed over;
 ``"priority"``, the default, moves a host island between accelerator partitions to the
 accelerator; ``"measured"`` times candidates on this machine (composer.placement), composing
-them for at most ``tune_budget`` seconds. ``consolidate = false`` is the older spelling of
+them for at most ``tune_budget`` seconds, with XNNPACK on ``threads`` threads if set (the
+runtime's default is one per core). ``consolidate = false`` is the older spelling of
 ``placement = "strict"``. What is read becomes a ``composer.stack.Stack``.
 """
 
@@ -43,6 +44,7 @@ KEYS = {
     "consolidate",
     "placement",
     "tune_budget",
+    "threads",
 }
 
 
@@ -52,10 +54,11 @@ def stack_from(
     options: Sequence[str] = (),
     placement: str | None = None,
     tune_budget: float | None = None,
+    threads: int | None = None,
 ) -> Stack:
     """The stack of the config at ``path`` (None: no config), with the command line's
-    ``--backends a,b``, ``--option BACKEND.NAME=VALUE``, ``--placement`` and ``--tune-budget``
-    winning over it."""
+    ``--backends a,b``, ``--option BACKEND.NAME=VALUE``, ``--placement``, ``--tune-budget``
+    and ``--threads`` winning over it."""
     fields = load_config(path)
     merged = {name: dict(values) for name, values in fields.get("options", {}).items()}
     for item in options:
@@ -71,6 +74,8 @@ def stack_from(
         fields["placement"] = placement
     if tune_budget is not None:
         fields["tune_budget"] = tune_budget
+    if threads is not None:
+        fields["threads"] = threads
     if not fields.get("backends"):
         raise ComposerError(
             "no backends given: pass --backends a,b or set backends in [tool.composer] of "
@@ -141,6 +146,11 @@ def _fields(table: dict[str, Any], path: Path | str) -> dict[str, Any]:
         if isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0:
             raise ComposerError(f"{path}: tune_budget must be a number of seconds >= 0.")
         fields["tune_budget"] = float(budget)
+    if "threads" in table:
+        threads = table["threads"]
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ComposerError(f"{path}: threads must be a whole number >= 1.")
+        fields["threads"] = threads
     return fields
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 
+from composer import cpu_threads
 from composer.latency import Latency, ProgramTrace, interleaved, trace
 
 MARGIN = 0.05  # a candidate must beat the declared order by this much to replace it
@@ -156,6 +157,8 @@ class Choice:
     # the per-region search: regions, their times per option, the choice (composer.regions)
     regions: dict[str, Any] = attrs.field(factory=dict)
     never: dict[str, list[str]] = attrs.field(factory=dict)  # the user's pins
+    threads: int | None = None  # XNNPACK's threads in the runtime while measuring
+    threads_set: bool = False  # whether the user set them (the config then repeats them)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -168,13 +171,18 @@ class Choice:
             "traced": dict(self.traced),
             "regions": dict(self.regions),
             "never": {b: list(p) for b, p in self.never.items()},
+            "threads": self.threads,
+            "threads_set": self.threads_set,
         }
 
     def config_toml(self) -> str:
         """The lines of composer.toml that reproduce the choice without measuring: the
-        backends, the placement, and the pins (the user's, and a per-region choice's)."""
+        backends, the placement, the threads the user set, and the pins (the user's, and a
+        per-region choice's)."""
         backends = ", ".join(f'"{name}"' for name in self.chosen.backends)
         lines = [f"backends = [{backends}]", f'placement = "{self.chosen.placement}"']
+        if self.threads_set and self.threads is not None:
+            lines.append(f"threads = {self.threads}")
         never = {b: pins for b, pins in self.chosen.never(self.never).items() if pins}
         if never:
             lines.append("[never]")
@@ -262,6 +270,7 @@ def measure(
     hosted: bool = False,
     plan_candidate: Callable[[Candidate], Any] | None = None,
     never: Mapping[str, Sequence[str]] | None = None,
+    threads_set: bool = False,
 ) -> tuple[Choice, dict[Candidate, Any]]:
     """Compose and time every candidate (cached by ``key``); returns the choice and the
     compositions it made (none when the cache answered).
@@ -270,8 +279,8 @@ def measure(
     GPU) instead of the runtime, and time each call there (``composer.hosted_trace``)
     instead of tracing with ETDump. ``plan_candidate`` plans a candidate without lowering;
     given, and with two or more backends, a per-region candidate is searched too
-    (composer.regions). ``never`` is
-    the user's pins, which the config that reproduces the choice repeats."""
+    (composer.regions). ``never`` is the user's pins, which the config that reproduces the
+    choice repeats, as it repeats the runtime's threads where ``threads_set``."""
     # These import torch, which the paths that only read a plan skip.
     from composer import hosted_trace, regions
     from composer.aoti_host import program_runner
@@ -279,6 +288,7 @@ def measure(
 
     cached = _read_cache(cache_dir, key)
     if cached is not None:
+        cached = attrs.evolve(cached, threads_set=threads_set)
         if progress is not None:
             progress(f"placement: measurements from the cache ({cached.chosen.label})")
         return cached, {}
@@ -376,7 +386,8 @@ def measure(
     by_candidate = {c: traces[same[c]] for c in composed if traces.get(same.get(c)) is not None}
     partitions, traced = partition_times(chosen, composed, by_candidate)
     choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced,
-                    regions=searched, never={b: list(p) for b, p in (never or {}).items()})  # fmt: skip
+                    regions=searched, never={b: list(p) for b, p in (never or {}).items()},
+                    threads=cpu_threads.current(), threads_set=threads_set)  # fmt: skip
     _write_cache(cache_dir, key, choice)
     return choice, composed
 
@@ -614,6 +625,7 @@ def cache_key(
         "versions": libraries,
         "machine": [platform.machine(), platform.processor(), os.cpu_count()],
         "threads": torch.get_num_threads(),
+        "runtime_threads": cpu_threads.current(),
     }
     return digest(versions(), program_part, json.dumps(facts, sort_keys=True))[:32]
 
@@ -679,9 +691,12 @@ def _read_cache(folder: Path | None, key: str | None) -> Choice | None:
         traced = dict(data["traced"])
         searched = dict(data.get("regions", {}))
         never = {b: list(p) for b, p in data.get("never", {}).items()}
+        threads, threads_set = data.get("threads"), bool(data.get("threads_set"))
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return None  # no entry, or one this version cannot read: measure again
-    return Choice(chosen, measurements, True, partitions, traced, searched, never)
+    return Choice(
+        chosen, measurements, True, partitions, traced, searched, never, threads, threads_set
+    )
 
 
 def _write_cache(folder: Path | None, key: str | None, choice: Choice) -> None:

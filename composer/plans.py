@@ -137,6 +137,8 @@ class Plan:
             return []
         source = " (from the cache)" if self.placement.get("cached") else ""
         lines = [f"placement: measured{source}, chose {self.placement['chosen']}"]
+        if self.placement.get("threads"):
+            lines.append(f"  timed with XNNPACK on {self.placement['threads']} thread(s)")
         for item in self.placement["candidates"]:
             if item["median_us"] is None:
                 lines.append(f"  {item['candidate']}: {item['note']}")

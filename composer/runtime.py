@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from composer import cpu_threads
 from composer.errors import ComposerError
 
 # ExecuTorch's ScalarType codes, as MethodMeta reports an input's dtype.
@@ -123,6 +124,7 @@ class LoadedProgram:
     def __init__(self, program: bytes, method: str = "forward", *, etdump: bool = False) -> None:
         from executorch.runtime import Runtime
 
+        cpu_threads.note_loaded()
         self.buffer = program
         self.method_name = method
         log = NativeLog()

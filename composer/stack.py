@@ -75,6 +75,9 @@ class Stack:
       (:mod:`composer.placement`): the declared order, the other orders, each backend alone
       and a per-region assignment (:mod:`composer.regions`), composing them for at most
       ``tune_budget`` seconds, and keeps the fastest.
+    - ``threads``: how many threads the ExecuTorch runtime gives XNNPACK in this process
+      (:mod:`composer.cpu_threads`), set before composer runs a program; ``None``: the
+      runtime's default, one per core. Measured placement times candidates with them.
     """
 
     backends: tuple[str, ...] = attrs.field(converter=backend_names)
@@ -83,6 +86,7 @@ class Stack:
     min_partition_size: Mapping[str, int] = attrs.field(factory=dict, converter=_sizes)
     placement: str = "priority"
     tune_budget: float | None = None
+    threads: int | None = None
 
     def __attrs_post_init__(self) -> None:
         for what, given in (
@@ -110,6 +114,11 @@ class Stack:
             isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0
         ):
             raise ComposerError(f"tune_budget must be a number of seconds >= 0, not {budget!r}.")
+        threads = self.threads
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+        ):
+            raise ComposerError(f"threads must be a whole number >= 1, not {threads!r}.")
 
     @classmethod
     def of(cls, stack: Stack | str | Sequence[str], **fields: Any) -> Stack:
@@ -144,6 +153,7 @@ class Stack:
             never=mine(self.never),
             min_partition_size=mine(self.min_partition_size),
             placement=placement,
+            threads=self.threads,
         )
 
     def with_defaults(self, resolved: Sequence[Backend]) -> Stack:

@@ -16,6 +16,7 @@ xnn_status_invalid_parameter"); bound to its own first, it ran them (seen on the
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import sys
@@ -23,6 +24,7 @@ import sys
 import numpy as np
 import torch
 
+from composer import cpu_threads
 from composer.errors import ComposerError
 
 DISTRIBUTION = "executorch-numpy-runtime"
@@ -62,6 +64,33 @@ def operators() -> frozenset[str]:
     return frozenset(info["operators"]) if info else frozenset()
 
 
+def thread_count() -> int:
+    """The threads of the runtime's CPU threadpool (XNNPACK's)."""
+    threadpool, count, _reset = _threadpool()
+    return count(threadpool())
+
+
+def reset_threads(count: int) -> None:
+    """Resize the runtime's CPU threadpool; no program may be loaded (composer.cpu_threads)."""
+    threadpool, _count, reset = _threadpool()
+    if not reset(threadpool(), count):
+        raise ComposerError(f"{DISTRIBUTION} could not resize its threadpool to {count}.")
+
+
+@functools.cache
+def _threadpool():
+    """ExecuTorch's threadpool functions in the runtime's library, which exports them but
+    wraps none for Python; the pip runtime wraps the same two (``_unsafe_reset_threadpool``)."""
+    library = ctypes.CDLL(_runtime()._core.__file__, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    threadpool = library._ZN10executorch9extension10threadpool14get_threadpoolEv
+    threadpool.restype = ctypes.c_void_p
+    count = library._ZNK10executorch9extension10threadpool10ThreadPool16get_thread_countEv
+    count.argtypes, count.restype = [ctypes.c_void_p], ctypes.c_size_t
+    reset = library._ZN10executorch9extension10threadpool10ThreadPool24_unsafe_reset_threadpoolEj
+    reset.argtypes, reset.restype = [ctypes.c_void_p, ctypes.c_uint], ctypes.c_bool
+    return threadpool, count, reset
+
+
 def version() -> str:
     return _runtime().runtime_info()["executorch_version"]
 
@@ -70,6 +99,7 @@ class TorchFreeMethod:
     """``forward`` of one program, loaded in the torch-free runtime; called with tensors."""
 
     def __init__(self, program: bytes) -> None:
+        cpu_threads.note_loaded()
         try:
             self._method = (
                 _runtime().Runtime.get().load_program(bytes(program)).load_method("forward")

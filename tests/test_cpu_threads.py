@@ -1,0 +1,118 @@
+"""XNNPACK's threads in the ExecuTorch runtime: set once, before programs load, and recorded.
+
+The threadpool is one per process, so each case runs in a fresh interpreter: a pytest worker
+has loaded programs already.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from composer import ComposerError, Stack
+from composer.config import stack_from_text
+
+
+def python(code: str, *, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        check=False, capture_output=True, text=True, cwd=cwd,
+    )  # fmt: skip
+
+
+def test_measured_placement_times_with_the_threads_set_and_its_config_repeats_them(tmp_path):
+    done = python(
+        """
+        import json, warnings
+        warnings.simplefilter("ignore")
+        import composer
+        from composer import cpu_threads, zoo
+        model, inputs = zoo.load("mlp")
+        stack = composer.Stack(["xnnpack"], placement="measured", threads=1)
+        composition = composer.compose(model, stack, inputs, cache=False)
+        plan = composition.plan
+        print(json.dumps({"runtime": cpu_threads.current(),
+                          "recorded": plan.placement["threads"],
+                          "config": plan.placement["config"],
+                          "summary": plan.summary_table()}))
+        try:
+            composer.compose(model, composer.Stack(["xnnpack"], threads=2), inputs, cache=False)
+        except composer.ComposerError as error:
+            print("refused:", error)
+        """,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    facts = json.loads(next(line for line in lines if line.startswith("{")))
+    assert facts["runtime"] == 1 and facts["recorded"] == 1
+    assert "threads = 1" in facts["config"].splitlines()
+    assert "placement: measured, chose xnnpack" in facts["summary"]
+    assert "  timed with XNNPACK on 1 thread(s)\n" in facts["summary"]
+    refused = next(line for line in lines if line.startswith("refused:"))
+    assert "cannot give XNNPACK 2 thread(s)" in refused
+    assert "loaded programs already, on 1 thread(s)" in refused
+    assert "Stack(threads=2) in the first compose" in refused
+
+
+def test_the_runtime_default_is_not_written_into_the_config(tmp_path):
+    done = python(
+        """
+        import warnings
+        warnings.simplefilter("ignore")
+        import composer
+        from composer import cpu_threads, zoo
+        model, inputs = zoo.load("mlp")
+        plan = composer.compose(model, ["xnnpack"], inputs, placement="measured", cache=False).plan
+        print(cpu_threads.current(), plan.placement["threads"], repr(plan.placement["config"]))
+        """,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    runtime, recorded, config = done.stdout.splitlines()[-1].split(" ", 2)
+    assert runtime == recorded and int(runtime) >= 1
+    assert "threads" not in config
+
+
+def test_run_on_the_command_line_with_threads(tmp_path):
+    pte = tmp_path / "m.pte"
+    done = python(
+        f"""
+        import warnings
+        warnings.simplefilter("ignore")
+        import composer
+        from composer import zoo
+        model, inputs = zoo.load("mlp")
+        composer.compose(model, ["xnnpack"], inputs, cache=False).save({str(pte)!r})
+        """,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    command = [sys.executable, "-m", "composer.cli", "run", str(pte), "--compare", "zoo:mlp"]
+    done = subprocess.run(
+        [*command, "--threads", "1", "--bench", "5"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "XNNPACK on 1 thread(s)" in done.stdout
+    assert "compare with zoo:mlp: OK" in done.stdout
+    done = subprocess.run([*command, "--threads", "0"], capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert "threads must be a whole number >= 1, not 0" in done.stderr
+
+
+@pytest.mark.parametrize("threads", [0, -1, True, 1.5, "2"])
+def test_threads_that_are_not_a_count_are_refused(threads):
+    with pytest.raises(ComposerError, match="threads must be a whole number >= 1"):
+        Stack(["xnnpack"], threads=threads)
+    value = f'"{threads}"' if isinstance(threads, str) else str(threads).lower()
+    with pytest.raises(ComposerError, match="threads must be a whole number >= 1"):
+        stack_from_text(f'backends = ["xnnpack"]\nthreads = {value}\n')
+
+
+def test_the_config_sets_the_threads():
+    assert stack_from_text('backends = ["xnnpack"]\nthreads = 2\n').threads == 2
+    assert Stack(["xnnpack", "openvino"], threads=3).only(["xnnpack"]).threads == 3
