@@ -3,19 +3,22 @@
 - ``--model gru``: a GRU encoder over a short sequence (many small sequential steps: cheap on
   the host's cores, a chain of kernel launches on the GPU), then a wide MLP head (large
   matmuls: the GPU's work); ``cell``: the same with the GRU cell written out, so that the
-  recurrence is one XNNPACK delegate;
+  recurrence is one XNNPACK delegate; ``rnn``: an Elman RNN written out (five small ops a
+  step), then the same head;
 - ``--model segmenter``: convolutions, then the logits upsampled back to the input's size
   (the upsampling on XNNPACK, so that only the small logits cross);
 - ``--model hybrid``: a convolution stem, then transformer blocks (the stem on XNNPACK).
 
     source bench/gpu_setup.sh
     python3 bench/gpu_mix.py [--model gru] [--width 4096] [--steps 16] [--batch 64] [--size 512]
+                             [--threads 1]
 
 Composes each three ways, each lowered for real: xnnpack alone, cuda alone, and
 ``[xnnpack, cuda]`` with node pins (``Stack.never``) that split the model between them as
 said. Then times the three together, interleaved, hosted as measured placement times a stack
 with CUDA in it (``composer.aoti_host``: CUDA delegates as their ``.so``, XNNPACK ones in an
-ExecuTorch runtime), and checks each against eager. Results: bench/RESULTS.md.
+ExecuTorch runtime), and checks each against eager. ``--threads N`` gives XNNPACK N threads
+(``Stack.threads``; the runtime's default is one per core). Results: bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 from torch import nn
 
 import composer
+from composer import cpu_threads
 from composer.aoti_host import program_runner
 from composer.latency import interleaved
 from composer.verification import compare
@@ -76,6 +80,32 @@ class CellThenWideHead(nn.Module):
             reset = torch.sigmoid(g[:, size : 2 * size] + r[:, size : 2 * size])
             n = torch.tanh(g[:, 2 * size :] + reset * r[:, 2 * size :])
             h = n + z * (h - n)
+        return self.head(h)
+
+
+class RNNThenWideHead(nn.Module):
+    """An Elman RNN written out (``h = tanh(W x_t + U h)``, the input projection for every step
+    as one matmul), as small streaming encoders and time-series models run, then the same wide
+    head. Each step is five ops to XNNPACK (slice, view, linear, add, tanh): few and tiny, where
+    a GPU pays a kernel launch or two per step."""
+
+    def __init__(self, features: int, hidden: int, steps: int, width: int, classes: int) -> None:
+        super().__init__()
+        self.hidden, self.steps = hidden, steps
+        self.inputs = nn.Linear(features, hidden)
+        self.recurrent = nn.Linear(hidden, hidden, bias=False)
+        self.head = nn.Sequential(
+            nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+            nn.Linear(width, classes),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch = x.shape[0]
+        projected = self.inputs(x)
+        h = torch.tanh(projected[:, 0:1].reshape(batch, self.hidden))
+        for t in range(1, self.steps):
+            step = projected[:, t : t + 1].reshape(batch, self.hidden)
+            h = torch.tanh(step + self.recurrent(h))
         return self.head(h)
 
 
@@ -144,7 +174,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--model", choices=("gru", "cell", "segmenter", "hybrid"), default="gru")
+    parser.add_argument(
+        "--model", choices=("gru", "cell", "rnn", "segmenter", "hybrid"), default="gru"
+    )
+    parser.add_argument("--threads", type=int, help="XNNPACK's threads (default: one per core)")
     parser.add_argument("--size", type=int, default=512, help="the image size (segmenter, hybrid)")
     parser.add_argument(
         "--plan-only", action="store_true", help="print the mix's plan, lower nothing"
@@ -156,6 +189,8 @@ def main() -> int:
         model = GRUThenWideHead(32, 64, args.width, 1000).eval()
     elif args.model == "cell":
         model = CellThenWideHead(32, 64, args.steps, args.width, 1000).eval()
+    elif args.model == "rnn":
+        model = RNNThenWideHead(32, 64, args.steps, args.width, 1000).eval()
     elif args.model == "segmenter":
         model = Segmenter().eval()
     else:
@@ -184,9 +219,10 @@ def main() -> int:
     never = {"xnnpack": [f"node:{n}" for n in head],
              "cuda": ["aten.zeros.default", *(n if n.startswith("aten.") else f"node:{n}"
                                               for n in rest)]}  # fmt: skip
-    mix = composer.Stack(["xnnpack", "cuda"], never=never)
-    stacks = {"xnnpack alone": composer.Stack(["xnnpack"]),
-              "cuda alone": composer.Stack(["cuda"]),
+    threads = args.threads
+    mix = composer.Stack(["xnnpack", "cuda"], never=never, threads=threads)
+    stacks = {"xnnpack alone": composer.Stack(["xnnpack"], threads=threads),
+              "cuda alone": composer.Stack(["cuda"], threads=threads),
               "xnnpack,cuda, pinned mix": mix}  # fmt: skip
     if args.plan_only:
         plan = composer.plan(model, mix, inputs, cache=False)
@@ -219,8 +255,10 @@ def main() -> int:
     if args.model in ("segmenter", "hybrid"):
         print(f"model: {args.model}, batch {args.batch}, {args.size}x{args.size}")
     else:
-        print(f"model: {'GRU' if args.model == 'gru' else 'GRU cell'} (32->64, {args.steps} "
-              f"steps, batch {args.batch}) then 64->{args.width}->{args.width}->1000")  # fmt: skip
+        kind = {"gru": "GRU", "cell": "GRU cell", "rnn": "Elman RNN"}[args.model]
+        print(f"model: {kind} (32->64, {args.steps} steps, batch {args.batch}) then "
+              f"64->{args.width}->{args.width}->1000; XNNPACK on "
+              f"{cpu_threads.current()} thread(s)")  # fmt: skip
     for label, latency in times.items():
         print(f"  {label:<40} median {latency.median_us:9.1f} us  fastest "
               f"{latency.best_us:9.1f} us  vs best single backend "

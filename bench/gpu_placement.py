@@ -11,7 +11,8 @@ executorch-numpy-runtime under the GPU machine's torch 2.11), the glue in Python
 With two backends the per-region search runs too, hosted as well (each call timed,
 ``composer.hosted_trace``). Prints each candidate's median, the choice against the best
 single backend, and each region's time per option. ``--models`` takes zoo names and
-``cell``/``segmenter``, bench/gpu_mix.py's models built to mix.
+``cell``/``rnn``/``segmenter``, bench/gpu_mix.py's models built to mix; ``--threads N`` gives
+XNNPACK N threads (the runtime's default is one per core).
 """
 
 from __future__ import annotations
@@ -29,16 +30,19 @@ from composer import zoo
 
 def load(name: str):
     """A zoo model, or one of bench/gpu_mix.py's models built to mix: ``cell`` (an unrolled GRU
-    cell then a wide head, batch 1) or ``segmenter`` (convolutions, then the logits upsampled
-    to the input's size; 256x256)."""
-    if name not in ("cell", "segmenter"):
+    cell then a wide head, batch 1), ``rnn`` (a 32-step Elman RNN then a 4096-wide head, batch
+    1) or ``segmenter`` (convolutions, then the logits upsampled to the input's size;
+    256x256)."""
+    if name not in ("cell", "rnn", "segmenter"):
         return zoo.load(name)
     import torch
-    from gpu_mix import CellThenWideHead, Segmenter  # beside this script
+    from gpu_mix import CellThenWideHead, RNNThenWideHead, Segmenter  # beside this script
 
     torch.manual_seed(0)
     if name == "cell":
         return CellThenWideHead(32, 64, 16, 1024, 1000).eval(), (torch.randn(1, 16, 32),)
+    if name == "rnn":
+        return RNNThenWideHead(32, 64, 32, 4096, 1000).eval(), (torch.randn(1, 32, 32),)
     return Segmenter().eval(), (torch.randn(1, 3, 256, 256),)
 
 
@@ -47,11 +51,12 @@ def main() -> int:
     parser.add_argument("--models", default="mlp,cumsum_mlp,transformer_block")
     parser.add_argument("--stack", default="xnnpack,cuda")
     parser.add_argument("--json")
+    parser.add_argument("--threads", type=int, help="XNNPACK's threads (default: one per core)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     # Not max_autotune=OFF: Inductor then calls mm/bmm as extern kernels that ExecuTorch's
     # CUDA shims lack, and lowering fails ("missing fallback kernels").
-    stack = composer.Stack(args.stack, placement="measured")
+    stack = composer.Stack(args.stack, placement="measured", threads=args.threads)
     results = []
     for name in args.models.split(","):
         model, inputs = load(name)
@@ -63,7 +68,8 @@ def main() -> int:
         singles = [v for k, v in medians.items() if k.endswith(" alone") and v is not None]
         chosen = medians.get(placement["chosen"])
         verified = composition.verify()
-        print(f"## {name} ({seconds:.0f} s to measure); chose {placement['chosen']}; {verified}")
+        print(f"## {name} ({seconds:.0f} s to measure, XNNPACK on {placement['threads']} "
+              f"thread(s)); chose {placement['chosen']}; {verified}")  # fmt: skip
         for candidate in placement["candidates"]:
             print(f"  {candidate['candidate']:<32} {candidate['median_us']!s:>10} us  "
                   f"calls {candidate['delegate_calls']}  {candidate['note']}")  # fmt: skip

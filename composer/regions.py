@@ -44,6 +44,10 @@ from composer.scheduler.assign import node_pin
 
 MAX_REGION_NODES = 8  # a longer run of nodes the same backends take is cut into pieces
 MAX_REGIONS = 40  # more are merged, smallest neighbours first: each is a call to time
+# Hosted (CUDA in the stack, on a GPU), each region a layout puts on CUDA is a .so of its own,
+# tens of seconds to compile (bench/gpu_mix.py's 32-step RNN then a head: cut into 21 regions,
+# the layouts hold 31 CUDA partitions; into 8, 12).
+HOSTED_MAX_REGIONS = 8
 
 
 @attrs.frozen
@@ -478,7 +482,8 @@ def search(
     except ValueError as error:  # the plan's edges are a DAG; this guards the search only
         notes.append(f"not searched: {error}")
         return None, found
-    regions = cut(order, support, backends)
+    found["max_regions"] = HOSTED_MAX_REGIONS if hosted else MAX_REGIONS
+    regions = cut(order, support, backends, max_regions=found["max_regions"])
     found["regions"] = [r.to_dict() for r in regions]
     if len(regions) < 2 or all(len(r.options) == 1 for r in regions):
         notes.append("nothing to choose per region: the whole-program candidates cover it")

@@ -356,6 +356,7 @@ def test_hosted_the_search_and_the_partition_times_come_from_each_call_timed(cac
     assert f"placement: regions: tracing 7 programs together, 50 runs each {hosted}" in lines
     searched = choice.to_dict()["regions"]
     assert searched["timer"] == "hosted, each call timed in Python"
+    assert searched["max_regions"] == 8  # each region on CUDA would be an .so to compile
     assert [r["options"] for r in searched["regions"]][2] == ["openvino", "portable"]
     # Hosted, portable kernels are torch ops in Python: never chosen where a backend can be.
     assert [set(times) for times in searched["region_us"]] == [
