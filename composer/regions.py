@@ -17,7 +17,9 @@ order of the stack produces. The steps, each a function here:
    Per pair of backends, one in which regions take turns between the two: the crossings,
    timed once. ``costs`` reads every region's time per option, what a call right after one
    of the other backend costs more (on 2 cores, OpenVINO's worker threads still spin when
-   XNNPACK's start), and a delegate call's fixed cost per backend.
+   XNNPACK's start), and a delegate call's fixed cost per backend. Hosted, regions alternate
+   between each pair of backends both ways round instead, not with portable kernels, and at
+   most ``HOSTED_MAX_REGIONS`` are cut: each region on CUDA is an .so to compile.
 4. ``choose``: a Viterbi pass over the regions in order: a region's time on its option, plus
    a switch cost where consecutive regions change option (and a backend's call after another
    backend's, portable kernels between or not), minus a call's fixed cost where they stay on
@@ -170,19 +172,24 @@ def cut(
 
 
 def layouts(
-    regions: Sequence[Region], backends: Sequence[str]
+    regions: Sequence[Region], backends: Sequence[str], hosted: bool = False
 ) -> list[tuple[str, tuple[str, ...]]]:
     """The programs that time the regions, as (what it times, an option per region): per
     backend, its regions alternating with portable kernels (two programs: even and odd
     regions on it), and all of them on it (neighbours become one call: what that saves);
-    per pair of backends, regions alternating between the two."""
+    per pair of backends, regions alternating between the two.
+
+    ``hosted``: no portable kernels to alternate with (hosted, they are torch ops in Python,
+    and a CUDA partition between them failed to emit when they shared its weight), so per
+    pair of backends the regions alternate both ways round, and each region runs once on
+    each backend as a call of its own."""
     found = []
     for backend in backends:
         if not any(backend in region.options for region in regions):
             continue
         merged = tuple(backend if backend in r.options else _off(r, backend) for r in regions)
         found.append((f"{backend} wherever it can, as few calls as it takes", merged))
-        for parity in (0, 1):
+        for parity in () if hosted else (0, 1):
             assignment = tuple(
                 backend
                 if backend in region.options and index % 2 == parity
@@ -193,13 +200,17 @@ def layouts(
             found.append(
                 (f"{backend} and portable kernels, {turn} regions on {backend}", assignment)
             )
-    for one, other in itertools.combinations(backends, 2):
-        assignment = []
-        for index, region in enumerate(regions):
-            turn = (one, other) if index % 2 == 0 else (other, one)
-            assignment.append(next((b for b in turn if b in region.options), _off(region, None)))
-        if one in assignment and other in assignment:
-            found.append((f"crossings between {one} and {other}", tuple(assignment)))
+    for pair in itertools.combinations(backends, 2):
+        for one, other in (pair, pair[::-1]) if hosted else (pair,):
+            assignment = []
+            for index, region in enumerate(regions):
+                turn = (one, other) if index % 2 == 0 else (other, one)
+                assignment.append(
+                    next((b for b in turn if b in region.options), _off(region, None))
+                )
+            if one in assignment and other in assignment:
+                what = f"crossings between {one} and {other}"
+                found.append((f"{what}, {one} first" if hosted else what, tuple(assignment)))
     return found
 
 
@@ -251,7 +262,9 @@ class Costs:
 
 
 def costs(
-    regions: Sequence[Region], programs: Sequence[tuple[tuple[str, ...], Any, Sequence, Any]]
+    regions: Sequence[Region],
+    programs: Sequence[tuple[tuple[str, ...], Any, Sequence, Any]],
+    hosted: bool = False,
 ) -> Costs:
     """Read ``Costs`` off the ``layouts`` programs: (assignment, plan, ``placement.unit_steps``
     of its trace, the ``ProgramTrace``).
@@ -266,6 +279,10 @@ def costs(
     each backend wherever it can) says what merging saves: the regions' own times, less the
     call's, per region beyond the first; that is the backend's fixed cost of a call, saved
     each time two regions become one call (without such a call, its cheapest call seen).
+
+    ``hosted``: a call is its region's own time whatever ran before it. Every hosted call
+    starts and ends on the host (a CUDA call copies its inputs in and its outputs out), so a
+    switch costs nothing beyond the calls, and no layout alternates with portable kernels.
     """
     from composer.placement import units
 
@@ -294,7 +311,7 @@ def costs(
             held = [
                 (region_of[n], 1 / len(nodes_of[name])) for n in nodes_of[name] if n in region_of
             ]
-            if where != PORTABLE and before not in (PORTABLE, where):
+            if where != PORTABLE and before not in (PORTABLE, where) and not hosted:
                 crossed.append((before, where, latency.median_us, held))
                 continue
             if where != PORTABLE:
@@ -488,7 +505,7 @@ def search(
     if len(regions) < 2 or all(len(r.options) == 1 for r in regions):
         notes.append("nothing to choose per region: the whole-program candidates cover it")
         return None, found
-    plans = layouts(regions, backends)
+    plans = layouts(regions, backends, hosted)
     composed = []
     for number, (what, assignment) in enumerate(plans, start=1):
         if over_budget():
@@ -537,7 +554,7 @@ def search(
             notes.append(f"{what}: not traced: its calls cannot be matched")
             continue
         programs.append((assignment, composition.plan, unit_steps(composition, traced), traced))
-    measured = costs(regions, programs)
+    measured = costs(regions, programs, hosted)
     if hosted:
         measured = on_backends(measured)
         notes.append(

@@ -353,7 +353,8 @@ def test_hosted_the_search_and_the_partition_times_come_from_each_call_timed(cac
         plan_candidate=lambda c: composer.plan(model, only(c), inputs, cache=False),
     )  # fmt: skip
     hosted = "(hosted, each call timed in Python)"
-    assert f"placement: regions: tracing 7 programs together, 50 runs each {hosted}" in lines
+    # Each backend wherever it can, and the crossings both ways round: no portable kernels.
+    assert f"placement: regions: tracing 4 programs together, 50 runs each {hosted}" in lines
     searched = choice.to_dict()["regions"]
     assert searched["timer"] == "hosted, each call timed in Python"
     assert searched["max_regions"] == 8  # each region on CUDA would be an .so to compile
@@ -440,6 +441,21 @@ def test_layouts_time_every_region_on_every_option_then_the_crossings():
     alternating = [a for what, a in found.items() if "taking turns" in what or "regions on" in what]
     for region, options in zip(regions_, zip(*alternating)):
         assert set(options) == set(region.options)
+    # Hosted: no portable kernels to alternate with; the crossings both ways round time
+    # every region on every backend that takes it, as a call of its own.
+    hosted = dict(layouts(regions_, ["x", "y"], hosted=True))
+    assert list(hosted.values()) == [
+        ("x", "x", "portable", "x"),
+        ("y", "portable", "y", "y"),
+        ("x", "x", "y", "y"),
+        ("y", "x", "y", "x"),
+    ]
+    assert list(hosted)[2:] == [
+        "crossings between x and y, x first",
+        "crossings between y and x, y first",
+    ]
+    for region, options in zip(regions_, zip(*list(hosted.values())[2:])):
+        assert set(options) == set(region.options) - {"portable"}
     # A region that cannot run on portable kernels stays on a backend that takes it.
     only_x = [Region(("a",), ("x", "y", "portable")), Region(("m",), ("x",))]
     assert {assignment[1] for _what, assignment in layouts(only_x, ["x", "y"])} == {"x"}
