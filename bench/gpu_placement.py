@@ -31,9 +31,10 @@ from composer import zoo
 def load(name: str):
     """A zoo model, or one of bench/gpu_mix.py's models built to mix: ``cell`` (an unrolled GRU
     cell then a wide head, batch 1), ``rnn`` (a 32-step Elman RNN then a 4096-wide head, batch
-    1) or ``segmenter`` (convolutions, then the logits upsampled to the input's size;
+    1; ``rnn64``: 64 steps) or ``segmenter`` (convolutions, then the logits upsampled to the input's size;
     256x256)."""
-    if name not in ("cell", "rnn", "segmenter"):
+    steps = int(name[3:] or 32) if name.startswith("rnn") else 0  # rnn64: 64 steps
+    if name not in ("cell", "segmenter") and not steps:
         return zoo.load(name)
     import torch
     from gpu_mix import CellThenWideHead, RNNThenWideHead, Segmenter  # beside this script
@@ -41,8 +42,8 @@ def load(name: str):
     torch.manual_seed(0)
     if name == "cell":
         return CellThenWideHead(32, 64, 16, 1024, 1000).eval(), (torch.randn(1, 16, 32),)
-    if name == "rnn":
-        return RNNThenWideHead(32, 64, 32, 4096, 1000).eval(), (torch.randn(1, 32, 32),)
+    if steps:
+        return RNNThenWideHead(32, 64, steps, 4096, 1000).eval(), (torch.randn(1, steps, 32),)
     return Segmenter().eval(), (torch.randn(1, 3, 256, 256),)
 
 
@@ -52,11 +53,14 @@ def main() -> int:
     parser.add_argument("--stack", default="xnnpack,cuda")
     parser.add_argument("--json")
     parser.add_argument("--threads", type=int, help="XNNPACK's threads (default: one per core)")
+    parser.add_argument("--tune-budget", type=float, help="seconds of composing candidates")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     # Not max_autotune=OFF: Inductor then calls mm/bmm as extern kernels that ExecuTorch's
     # CUDA shims lack, and lowering fails ("missing fallback kernels").
-    stack = composer.Stack(args.stack, placement="measured", threads=args.threads)
+    stack = composer.Stack(
+        args.stack, placement="measured", threads=args.threads, tune_budget=args.tune_budget
+    )
     results = []
     for name in args.models.split(","):
         model, inputs = load(name)
