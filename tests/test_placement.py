@@ -37,6 +37,7 @@ from composer.regions import (
     layouts,
     pins,
     portable_kernels,
+    proposal,
     topological_order,
 )
 from composer.regions import choose as choose_regions
@@ -495,6 +496,36 @@ def test_a_switch_costs_even_with_portable_kernels_between():
         ({"x": 5.0, "y": 1.0}, {"portable": 1.0}, {"x": 1.0}), {}, 0.0, {("y", "x"): 10.0}
     )
     assert choose_regions(regions_, measured) == (("x", "portable", "x"), 7.0)
+
+
+def test_the_search_proposes_the_cheapest_mix_where_one_backend_everywhere_is_cheapest():
+    """Every region on one backend is that backend alone, which measured placement times
+    whole anyway: the search proposes the cheapest mix, to be timed whole too."""
+    regions_ = [Region((n,), ("x", "y")) for n in "abc"]
+    # x's calls merge (40 us each saved), so x everywhere is cheapest: 3 * 50 - 2 * 40.
+    measured = Costs(
+        ({"x": 50.0, "y": 20.0}, {"x": 50.0, "y": 20.0}, {"x": 50.0, "y": 60.0}),
+        {"x": 40.0, "y": 5.0},
+        0.0,
+    )  # fmt: skip
+    assert choose_regions(regions_, measured) == (("x", "x", "x"), 70.0)
+    # y, x, x: 20 + 50 + (50 - 40); y, y, x: 20 + (20 - 5) + 50.
+    assert choose_regions(regions_, measured, mixed=True) == (("y", "x", "x"), 80.0)
+    assignment, estimate, why = proposal(regions_, measured)
+    assert (assignment, estimate) == (("y", "x", "x"), 80.0)
+    assert why == (
+        "the cheapest estimate puts every region on x (70.0 us), which x alone is, timed "
+        "whole; proposed the cheapest mix instead (80.0 us)"
+    )
+    # A mix, or all on portable kernels (no whole program is), is proposed as it is.
+    cheap_y = attrs.evolve(measured, call_us={"x": 0.0, "y": 5.0})
+    assert proposal(regions_, cheap_y) == (("y", "y", "x"), 85.0, None)
+    portable = [Region((n,), ("x", "portable")) for n in "ab"]
+    on_portable = Costs(({"x": 9.0, "portable": 1.0}, {"x": 9.0, "portable": 1.0}), {}, 0.0)
+    assert proposal(portable, on_portable) == (("portable", "portable"), 2.0, None)
+    # Only one option anywhere: nothing to mix.
+    only_x = Costs(({"x": 3.0},), {"x": 1.0}, 0.0)
+    assert proposal([Region(("a",), ("x",))], only_x) == (("x",), 3.0, None)
 
 
 def test_node_pins_reproduce_a_placement_and_unknown_ones_warn():
