@@ -288,6 +288,8 @@ def _composed(model_name: str, stack: tuple[str, ...]):
         ("transformer_block", ("cuda",)),
         ("transformer_block", ("xnnpack", "cuda")),
         ("llama_block", ("xnnpack", "cuda")),
+        ("cnn", ("cuda",)),  # convolutions: Triton templates only
+        ("unet", ("cuda", "xnnpack")),  # transposed convolutions go to XNNPACK
     ],
     ids=lambda value: ",".join(value) if isinstance(value, tuple) else value,
 )

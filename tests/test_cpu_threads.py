@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from composer import ComposerError, Stack
+from composer import ComposerError, Stack, runtime, torch_free_runtime
 from composer.config import stack_from_text
 
 
@@ -116,3 +116,36 @@ def test_threads_that_are_not_a_count_are_refused(threads):
 def test_the_config_sets_the_threads():
     assert stack_from_text('backends = ["xnnpack"]\nthreads = 2\n').threads == 2
     assert Stack(["xnnpack", "openvino"], threads=3).only(["xnnpack"]).threads == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    runtime.torch_mismatch() is None or not torch_free_runtime.backends(),
+    reason="composer runs XNNPACK in the pip runtime here; the torch-free one serves under "
+    "another torch (the GPU machine's)",
+)
+def test_the_torch_free_runtime_takes_the_threads_too(tmp_path):
+    done = python(
+        """
+        import warnings
+        warnings.simplefilter("ignore")
+        import torch, composer
+        from composer import cpu_threads, zoo
+        from composer.aoti_host import program_runner
+        from composer.verification import compare
+        model, inputs = zoo.load("mlp")
+        before = cpu_threads.current()
+        stack = composer.Stack(["xnnpack"], threads=1)
+        composition = composer.compose(model, stack, inputs, cache=False)
+        runner = program_runner(composition, hosted=True)
+        with torch.no_grad():
+            ok, worst = compare(runner.run(inputs), model(*inputs))
+        names = {name for _, name in runner.module.meta["in_runtime"]}
+        print(before, cpu_threads.current(), ok, sorted(names))
+        """,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    before, after, ok, names = done.stdout.splitlines()[-1].split(" ", 3)
+    assert int(before) > 1 and after == "1" and ok == "True"
+    assert "executorch-numpy-runtime" in names
