@@ -38,14 +38,19 @@ from composer.latency import interleaved
 from composer.verification import compare
 
 
+def wide_head(hidden: int, width: int, classes: int) -> nn.Sequential:
+    """Large matmuls after a small recurrence: the GPU's work in the models that mix."""
+    return nn.Sequential(
+        nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+        nn.Linear(width, classes),
+    )  # fmt: skip
+
+
 class GRUThenWideHead(nn.Module):
     def __init__(self, features: int, hidden: int, width: int, classes: int) -> None:
         super().__init__()
         self.gru = nn.GRU(features, hidden, batch_first=True)
-        self.head = nn.Sequential(
-            nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-            nn.Linear(width, classes),
-        )  # fmt: skip
+        self.head = wide_head(hidden, width, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.gru(x)
@@ -63,10 +68,7 @@ class CellThenWideHead(nn.Module):
         self.hidden, self.steps = hidden, steps
         self.inputs = nn.Linear(features, 3 * hidden)
         self.recurrent = nn.Linear(hidden, 3 * hidden)
-        self.head = nn.Sequential(
-            nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-            nn.Linear(width, classes),
-        )  # fmt: skip
+        self.head = wide_head(hidden, width, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, size = x.shape[0], self.hidden
@@ -94,10 +96,7 @@ class RNNThenWideHead(nn.Module):
         self.hidden, self.steps = hidden, steps
         self.inputs = nn.Linear(features, hidden)
         self.recurrent = nn.Linear(hidden, hidden, bias=False)
-        self.head = nn.Sequential(
-            nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-            nn.Linear(width, classes),
-        )  # fmt: skip
+        self.head = wide_head(hidden, width, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch = x.shape[0]
