@@ -276,13 +276,15 @@ def _measured(plan: Plan) -> str:
     if not placement:
         return ""
     source = " (measurements from the cache)" if placement.get("cached") else ""
+    threads = placement.get("threads")
+    on = f", XNNPACK on {threads} thread(s)" if threads else ""
     parts = [
         "<h2>Measured placement</h2>",
         (
             f"<p>Chose <b>{_e(placement['chosen'])}</b>{_e(source)}: the candidates were composed "
-            "and timed together in the ExecuTorch runtime on this machine. A candidate that beat "
-            "the declared order was timed again with it and each backend alone (second round), "
-            "and kept only if it won again.</p>"
+            f"and timed together in the ExecuTorch runtime on this machine{_e(on)}. A candidate "
+            "that beat the declared order was timed again with it and each backend alone (second "
+            "round), and kept only if it won again.</p>"
         ),
         (
             '<table class="candidates"><tr><th>candidate</th><th>delegate calls</th>'

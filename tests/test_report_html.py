@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageColor
 
 import composer
-from composer import zoo
+from composer import cpu_threads, zoo
 from composer.plans import PORTABLE
 from composer.report_html import render_html
 
@@ -235,6 +235,8 @@ def test_a_measured_plan_shows_every_candidate_each_region_and_each_partitions_t
     balance.close()
     assert balance.open == []
     placement = plan.placement
+    # The threads XNNPACK ran on while timing: the runtime's default here.
+    assert f"on this machine, XNNPACK on {cpu_threads.current()} thread(s)." in text_of(page)
     rows = re.findall(r'<tr data-candidate="([^"]+)"( class="chosen")?>(.*?)</tr>', page)
     assert [label for label, _, _ in rows] == [c["candidate"] for c in placement["candidates"]]
     assert [label for label, chosen, _ in rows if chosen] == [placement["chosen"]]
