@@ -333,7 +333,14 @@ def test_a_candidate_that_fails_to_lower_is_noted_and_the_rest_measured(cache):
         assert "the compiler crashed" in found[label]["note"]
         assert found[label]["median_us"] is None
     assert found["xnnpack alone"]["median_us"] is not None
-    assert plan.placement["chosen"] == "xnnpack alone"
+    # The choice is among what was measured: xnnpack alone, or the per-region search's mix
+    # of XNNPACK and portable kernels (the crasher's regions left out), which on cumsum_mlp
+    # comes within a few percent of it and on a busy machine can win both rounds.
+    chosen = plan.placement["chosen"]
+    assert chosen not in failed and found[chosen]["median_us"] is not None
+    assert chosen in ("xnnpack alone", "xnnpack,cumsum_crasher (per region)")
+    if chosen.endswith("(per region)"):
+        assert plan.nodes_on("cumsum_crasher") == []
 
 
 def test_hosted_the_search_and_the_partition_times_come_from_each_call_timed(cache):
