@@ -380,8 +380,9 @@ def aoti_hosted(composition: Composition, host: str = "cpu") -> torch.fx.GraphMo
     (:class:`RuntimeDelegate`); any other runs the subgraph it was made from, as in the
     Python reference. The rest of the program runs on ``host``: "cpu" (as the .pte does,
     with copies to and from the GPU around each CUDA delegate; inputs and outputs on the
-    CPU) or "cuda" (all on the GPU; inputs and outputs there). Raises ComposerError where host_unavailable_reason() says why the GPU
-    part cannot run; a program without CUDA delegates runs on a CPU host anywhere.
+    CPU) or "cuda" (all on the GPU; inputs and outputs there). Raises ComposerError where
+    host_unavailable_reason() says why the GPU part cannot run; a program without CUDA
+    delegates runs on a CPU host anywhere.
     """
     from composer.runtime import program_backend_ids
 

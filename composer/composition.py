@@ -14,13 +14,14 @@ import attrs
 import torch
 from torch.export import ExportedProgram
 
+from composer import cpu_threads
 from composer.atomic import write_all
 from composer.cache import DamagedEntryWarning, Store, cache_dir, cache_enabled
 from composer.errors import BackendListError, ComposerError, ComposerWarning, ModelError
 from composer.plans import Plan
 from composer.registry import Registry, default_registry
 from composer.runtime import program_backend_ids, registered_backends, torch_mismatch
-from composer.stack import Stack
+from composer.stack import Stack, is_count
 
 if TYPE_CHECKING:
     from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
@@ -99,11 +100,8 @@ def plan(
     """
     stack = Stack.of(stack, **settings)
     cache = cache and cache_enabled()
-    if stack.threads is not None:
-        from composer import cpu_threads
-
-        cpu_threads.set_threads(stack.threads)
-    if stack.placement == "measured":
+    if stack.placement == "measured":  # it runs programs; a plain plan runs none
+        _use_threads(stack)
         return _measured(model, stack, example_inputs, progress, cache, registry).plan
     given_registry = registry is not None
     resolved, registry, unavailable = _prepare(stack, registry, True)
@@ -194,6 +192,13 @@ def _measured(model, stack: Stack, example_inputs, progress, cache: bool, regist
     return composition
 
 
+def _use_threads(stack: Stack) -> None:
+    """Give XNNPACK the stack's threads before this process runs a program (a composition's
+    verify, measured placement): the runtime's pool is fixed once a program loads."""
+    if stack.threads is not None:
+        cpu_threads.set_threads(stack.threads)
+
+
 def _with_backend_facts(plan: Plan, resolved) -> Plan:
     """The plan with what each backend declared about tolerances and its compiler library."""
     return attrs.evolve(
@@ -232,10 +237,7 @@ def compose(
     """
     stack = Stack.of(stack, **settings)
     cache = cache and cache_enabled()
-    if stack.threads is not None:
-        from composer import cpu_threads
-
-        cpu_threads.set_threads(stack.threads)
+    _use_threads(stack)
     if stack.placement == "measured":
         return _measured(model, stack, example_inputs, progress, cache, registry)
     given_registry = registry is not None
@@ -314,7 +316,7 @@ def _jobs(jobs: int | None) -> int:
         # Forking a process that holds a lowered program costs more than a 2-core machine
         # wins back (bench/RESULTS.md, "Composing again"): parallel is asked for.
         return 1
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+    if not is_count(jobs):
         raise ComposerError(f"jobs must be a whole number >= 1, not {jobs!r}.")
     return jobs
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from composer.errors import ComposerError
-from composer.stack import PLACEMENTS, Stack, backend_names
+from composer.stack import PLACEMENTS, Stack, backend_names, is_count
 
 KEYS = {
     "backends",
@@ -147,10 +147,9 @@ def _fields(table: dict[str, Any], path: Path | str) -> dict[str, Any]:
             raise ComposerError(f"{path}: tune_budget must be a number of seconds >= 0.")
         fields["tune_budget"] = float(budget)
     if "threads" in table:
-        threads = table["threads"]
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        if not is_count(table["threads"]):
             raise ComposerError(f"{path}: threads must be a whole number >= 1.")
-        fields["threads"] = threads
+        fields["threads"] = table["threads"]
     return fields
 
 

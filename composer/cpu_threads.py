@@ -15,6 +15,7 @@ before this process loads any program, and composer refuses to change them after
 from __future__ import annotations
 
 from composer.errors import ComposerError
+from composer.stack import is_count
 
 _loaded = False  # whether composer has loaded a program in this process
 
@@ -33,7 +34,7 @@ def current() -> int | None:
 
 def set_threads(count: int) -> None:
     """Give XNNPACK ``count`` threads in this process's runtime, before any program loads."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if not is_count(count):
         raise ComposerError(f"threads must be a whole number >= 1, not {count!r}.")
     pool = _pool()
     if pool is None:

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 PLACEMENTS = ("priority", "strict", "measured")
 
 
+def is_count(value: object) -> bool:
+    """Whether ``value`` is a whole number >= 1 (``True`` is an int to Python, not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def backend_names(value: str | Iterable[str]) -> tuple[str, ...]:
     """Backend names from ``"a, b"`` or ``["a", "b"]``, stripped, blanks dropped."""
     value = value.split(",") if isinstance(value, str) else list(value)
@@ -101,7 +106,7 @@ class Stack:
                     f"backend list {list(self.backends)}."
                 )
         for name, size in self.min_partition_size.items():
-            if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            if not is_count(size):
                 raise ComposerError(
                     f"min_partition_size for {name!r} must be a whole number >= 1, not {size!r}."
                 )
@@ -114,11 +119,8 @@ class Stack:
             isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0
         ):
             raise ComposerError(f"tune_budget must be a number of seconds >= 0, not {budget!r}.")
-        threads = self.threads
-        if threads is not None and (
-            isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
-        ):
-            raise ComposerError(f"threads must be a whole number >= 1, not {threads!r}.")
+        if self.threads is not None and not is_count(self.threads):
+            raise ComposerError(f"threads must be a whole number >= 1, not {self.threads!r}.")
 
     @classmethod
     def of(cls, stack: Stack | str | Sequence[str], **fields: Any) -> Stack:
