@@ -9,7 +9,7 @@ named data, and every weight its manifest lists in the .ptd with the manifest's 
 host<->device copies (et_copy._h2d_copy/_d2h_copy) sit exactly where a CUDA delegate meets
 host data; the composed program run on the GPU by the reference executor (each delegate
 executes its own subgraph with CUDA tensors) matches eager; and the composed program with each
-CUDA delegate executed as its compiled .so (composer.aoti_host: libtorch hosts it, weights
+CUDA delegate executed as its compiled .so (composer.run.aoti_host: libtorch hosts it, weights
 bound from the .ptd, the rest as the Python reference, on the CPU as in the .pte or all on the
 GPU) matches eager, timed against eager on the GPU. It also times composer against
 ExecuTorch's own to_edge_transform_and_lower with CudaPartitioner on the same model, in the
@@ -32,9 +32,10 @@ import torch
 import torch.fx
 
 import composer
-from composer import aoti_host, zoo
-from composer.aoti_host import reference_on
-from composer.verification import compare, default_tolerance, flatten_tensors
+from composer import zoo
+from composer.run import aoti_host
+from composer.run.aoti_host import reference_on
+from composer.run.compare import compare, default_tolerance, flatten_tensors
 
 STACKS = {
     "cuda": ["cuda"],

@@ -5,11 +5,11 @@
 
 For each model, ``composer.compose(..., placement="measured")`` composes the candidates (the
 declared order with priority and strict placement, the other order, each backend alone) and
-times them together, interleaved: every candidate runs hosted (``composer.aoti_host``: CUDA
+times them together, interleaved: every candidate runs hosted (``composer.run.aoti_host``: CUDA
 delegates as their compiled .so, XNNPACK delegates in an ExecuTorch runtime (the torch-free
 executorch-numpy-runtime under the GPU machine's torch 2.11), the glue in Python).
 With two backends the per-region search runs too, hosted as well (each call timed,
-``composer.hosted_trace``). Prints each candidate's median, the choice against the best
+``composer.measure.hosted_trace``). Prints each candidate's median, the choice against the best
 single backend, and each region's time per option. ``--models`` takes zoo names and
 ``cell``/``rnn``/``segmenter``, bench/gpu_mix.py's models built to mix; ``--threads N`` gives
 XNNPACK N threads (the runtime's default is one per core).

@@ -24,7 +24,8 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.scheduler import find_tag_cycle, partition_convex
+from composer.planning.convex import partition_convex
+from composer.planning.validate import find_tag_cycle
 from composer.synthetic import (
     AllButCumsum,
     chain_with_residuals,
@@ -223,8 +224,8 @@ def _executorch_xnnpack_then_aoti(blocks: int, queue) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
+    from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
     from composer.plugins.cuda import plugin as cuda
-    from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 
     program = _llama_stack(blocks)
     start = time.perf_counter()
@@ -242,8 +243,8 @@ def _executorch_xnnpack_then_aoti(blocks: int, queue) -> None:
 
 def xnnpack_then_cuda(blocks_list: list[int], cap: float) -> list[dict]:
     """Deep models with XNNPACK first and the CUDA partitioner second (CUDA as a stand-in)."""
-    from composer.registry import default_registry
-    from composer.scheduler.stack import lower_stack
+    from composer.lower.stack import lower_stack
+    from composer.registry.discovery import default_registry
 
     registry = default_registry()
     backends = registry.resolve(["xnnpack", "cuda"])

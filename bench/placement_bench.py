@@ -5,9 +5,9 @@
 For every model: each backend alone, each stack with priority placement, and each stack with
 ``placement="measured"`` (which composes its candidates, times them in the pip ExecuTorch
 runtime and keeps the fastest) are composed, and the per-region candidate that measured
-placement's search found (composer.regions), composed again from its node pins; then eager
+placement's search found (composer.measure.region_search), composed again from its node pins; then eager
 and every distinct program are timed together, interleaved in blocks
-(``composer.latency.interleaved``), so every ratio in a row comes from one run. Programs that
+(``composer.measure.latency.interleaved``), so every ratio in a row comes from one run. Programs that
 lower to the same bytes are timed once. "best whole" is the fastest of each backend alone and
 each stack's priority program.
 """
@@ -26,10 +26,10 @@ import torch
 
 import composer
 from composer import zoo
-from composer.errors import ComposerError
-from composer.latency import interleaved
-from composer.runtime import LoadedProgram
-from composer.verification import compare
+from composer.contract.errors import ComposerError
+from composer.measure.latency import interleaved
+from composer.run.runtime import LoadedProgram
+from composer.run.compare import compare
 
 MODELS = ("mlp", "cnn", "mobilenet", "transformer_block", "llama_block", "gru", "cumsum_mlp",
           "unet", "unet_bilinear")  # fmt: skip

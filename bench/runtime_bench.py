@@ -23,9 +23,9 @@ import torch
 
 import composer
 from composer import zoo
-from composer.latency import interleaved
-from composer.runtime import LoadedProgram
-from composer.verification import compare
+from composer.measure.latency import interleaved
+from composer.run.runtime import LoadedProgram
+from composer.run.compare import compare
 
 STACKS = (["xnnpack"], ["openvino"], ["xnnpack", "openvino"], ["openvino", "xnnpack"])
 MODELS = ("mlp", "cnn", "mobilenet", "transformer_block", "llama_block", "gru", "cumsum_mlp")

@@ -17,10 +17,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from composer.backend_spec import BackendSpec, Tolerance
-    from composer.composition import Composition, compose, plan
-    from composer.drop_in import guard, partitioner
-    from composer.errors import (
+    from composer.contract.backend_spec import BackendSpec, Tolerance
+    from composer.contract.errors import (
         BackendListError,
         ComposerError,
         ComposerWarning,
@@ -28,37 +26,40 @@ if TYPE_CHECKING:
         PartitionError,
         PluginError,
     )
-    from composer.op_names import op_name
-    from composer.options import Option
-    from composer.plans import Fallback, Partition, Plan
-    from composer.registry import Registry, default_registry
-    from composer.stack import Stack
-    from composer.verification import Verification
+    from composer.contract.op_names import op_name
+    from composer.contract.options import Option
+    from composer.pipeline.compose import compose, plan
+    from composer.planning.drop_in import guard, partitioner
+    from composer.planning.plans import Fallback, Partition, Plan
+    from composer.registry.discovery import Registry, default_registry
+    from composer.registry.stack import Stack
+    from composer.run.composition import Composition
+    from composer.run.verification import Verification
 
 _MODULE_OF = {
-    "BackendListError": "composer.errors",
-    "BackendSpec": "composer.backend_spec",
-    "ComposerError": "composer.errors",
-    "ComposerWarning": "composer.errors",
-    "Composition": "composer.composition",
-    "Fallback": "composer.plans",
-    "ModelError": "composer.errors",
-    "Option": "composer.options",
-    "Partition": "composer.plans",
-    "PartitionError": "composer.errors",
-    "Plan": "composer.plans",
-    "PluginError": "composer.errors",
-    "Registry": "composer.registry",
-    "Stack": "composer.stack",
-    "Tolerance": "composer.backend_spec",
-    "Verification": "composer.verification",
-    "compose": "composer.composition",
-    "default_registry": "composer.registry",
-    "guard": "composer.drop_in",
-    "listed": "composer.drop_in",
-    "op_name": "composer.op_names",
-    "partitioner": "composer.drop_in",
-    "plan": "composer.composition",
+    "BackendListError": "composer.contract.errors",
+    "BackendSpec": "composer.contract.backend_spec",
+    "ComposerError": "composer.contract.errors",
+    "ComposerWarning": "composer.contract.errors",
+    "Composition": "composer.run.composition",
+    "Fallback": "composer.planning.plans",
+    "ModelError": "composer.contract.errors",
+    "Option": "composer.contract.options",
+    "Partition": "composer.planning.plans",
+    "PartitionError": "composer.contract.errors",
+    "Plan": "composer.planning.plans",
+    "PluginError": "composer.contract.errors",
+    "Registry": "composer.registry.discovery",
+    "Stack": "composer.registry.stack",
+    "Tolerance": "composer.contract.backend_spec",
+    "Verification": "composer.run.verification",
+    "compose": "composer.pipeline.compose",
+    "default_registry": "composer.registry.discovery",
+    "guard": "composer.planning.drop_in",
+    "listed": "composer.planning.drop_in",
+    "op_name": "composer.contract.op_names",
+    "partitioner": "composer.planning.drop_in",
+    "plan": "composer.pipeline.compose",
 }
 
 __all__ = [

@@ -13,8 +13,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from composer.atomic import InterruptedAfterWriting
-from composer.errors import ComposerError, ComposerWarning
+from composer.contract.errors import ComposerError, ComposerWarning
+from composer.lower.atomic import InterruptedAfterWriting
 
 USER_ERROR = 2
 INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a program stopped by Ctrl-C
@@ -33,8 +33,8 @@ def _stack(args: argparse.Namespace):
 
 
 def _backends(args: argparse.Namespace) -> int:
-    from composer.options import declared_options
-    from composer.registry import default_registry
+    from composer.registry.discovery import default_registry
+    from composer.registry.options import declared_options
 
     registry = default_registry()
     rows = [("name", "backend id", "device", "lowers here", "from")]
@@ -88,7 +88,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _lower(args: argparse.Namespace) -> int:
     import composer
-    from composer.atomic import check_writable
+    from composer.lower.atomic import check_writable
     from composer.model_source import load_model
 
     report = Path(args.report) if args.report else None
@@ -130,12 +130,13 @@ def _lower(args: argparse.Namespace) -> int:
 
 def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None:
     import composer
-    from composer.latency import compare_with_singles, latency_table
+    from composer.measure.singles import compare_with_singles
+    from composer.report.latency_table import latency_table
 
     def compose_single(name: str):
         return composer.compose(model, stack.only([name]), inputs)
 
-    from composer import cpu_threads
+    from composer.run import cpu_threads
 
     print(f"latency, {runs} or more calls each (interleaved with eager, until the fastest "
           f"calls agree), in the ExecuTorch runtime, XNNPACK on {cpu_threads.current()} "
@@ -149,7 +150,7 @@ def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None
 def _render_report(plan, path: Path, title: str) -> str:
     if path.suffix == ".json":
         return plan.to_json()
-    from composer.report_html import render_html
+    from composer.report.html import render_html
 
     return render_html(plan, title=f"composer plan: {title}")
 
@@ -158,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     import torch
 
     from composer.model_source import load_model
-    from composer.runtime import LoadedProgram
+    from composer.run.runtime import LoadedProgram
 
     program = Path(args.program)
     if not program.is_file():
@@ -172,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ComposerError("pass --inputs FILE (a tuple of tensors saved with torch.save) or "
                             "--compare MODEL to use the model's example inputs.")  # fmt: skip
     if args.threads is not None:
-        from composer import cpu_threads
+        from composer.run import cpu_threads
 
         cpu_threads.set_threads(args.threads)
     buffer = program.read_bytes()
@@ -185,15 +186,15 @@ def _run(args: argparse.Namespace) -> int:
         )
     eager = None
     if model is not None:
-        from composer.composition import export_model
+        from composer.lower.export import export_model
 
         eager = model if isinstance(model, torch.nn.Module) else export_model(model, None).module()
     if args.bench:
         _print_program_latency(buffer, loaded, eager, inputs, args.bench)
     if eager is None:
         return 0
-    from composer.runtime import installed_tolerance
-    from composer.verification import compare
+    from composer.run.compare import compare
+    from composer.run.runtime import installed_tolerance
 
     with torch.no_grad():
         expected = eager(*inputs)
@@ -209,20 +210,17 @@ def _run(args: argparse.Namespace) -> int:
 def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> None:
     import torch
 
-    from composer.latency import (
-        ProgramLatency,
-        delegate_backend_ids,
-        delegate_times,
-        interleaved,
-        latency_table,
-    )
+    from composer.measure.etdump import delegate_backend_ids, delegate_times
+    from composer.measure.latency import interleaved
+    from composer.measure.singles import ProgramLatency
+    from composer.report.latency_table import latency_table
 
     candidates = {"program": loaded.timed_call(inputs)}
     if eager is not None:
         candidates["eager"] = lambda: eager(*inputs)
     with torch.no_grad():
         timed = interleaved(candidates, runs)
-    from composer import cpu_threads
+    from composer.run import cpu_threads
 
     print(
         f"latency, {runs} or more calls after warm-up, XNNPACK on {cpu_threads.current()} "
@@ -278,7 +276,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from composer import cache
+    from composer.lower import cache
 
     if args.action == "clear":
         print(f"cleared {cache.clear()}")
@@ -294,7 +292,7 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
-    from composer.stack import PLACEMENTS
+    from composer.registry.stack import PLACEMENTS
 
     parser.add_argument("model", help=MODEL_HELP)
     parser.add_argument(

@@ -20,10 +20,10 @@ torch version, and a pin that names no node of the program is warned about.
 
 ``placement = "strict"`` (top level) keeps plain priority order: no island is handed over;
 ``"priority"``, the default, moves a host island between accelerator partitions to the
-accelerator; ``"measured"`` times candidates on this machine (composer.placement), composing
+accelerator; ``"measured"`` times candidates on this machine (composer.measure.placement), composing
 them for at most ``tune_budget`` seconds, with XNNPACK on ``threads`` threads if set (the
 runtime's default is one per core). ``consolidate = false`` is the older spelling of
-``placement = "strict"``. What is read becomes a ``composer.stack.Stack``.
+``placement = "strict"``. What is read becomes a ``composer.registry.stack.Stack``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from composer.errors import ComposerError
-from composer.stack import PLACEMENTS, Stack, backend_names, is_count
+from composer.contract.errors import ComposerError
+from composer.registry.names import backend_names, is_count
+from composer.registry.stack import PLACEMENTS, Stack
 
 KEYS = {
     "backends",

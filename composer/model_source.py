@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from composer import zoo
-from composer.errors import ModelError
+from composer.contract.errors import ModelError
 
 
 def load_model(source: str) -> tuple[Any, tuple | None]:

@@ -23,8 +23,8 @@ import attrs
 import pytest
 
 if TYPE_CHECKING:
-    from composer.plans import Plan
-    from composer.stack import Stack
+    from composer.planning.plans import Plan
+    from composer.registry.stack import Stack
 
 # pytest loads this plugin in every run wherever composer is installed: composer's own modules
 # (and through them torch and ExecuTorch) are imported inside the functions that use them.
@@ -52,7 +52,7 @@ def golden_summary(plan: Plan) -> dict[str, Any]:
     Node names are left out on purpose: they change with torch versions while the
     composition does not.
     """
-    from composer.plans import PORTABLE
+    from composer.planning.plans import PORTABLE
 
     return {
         "backends": list(plan.backends),
@@ -137,10 +137,10 @@ def check_convex(plan: Plan, lowered: Any) -> None:
 
 def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str, Any]):
     """The program ``composer.plan`` lowers to stand-ins (it returns only the plan)."""
-    from composer.composition import export_model
-    from composer.registry import default_registry
-    from composer.scheduler.stack import lower_stack
-    from composer.stack import Stack
+    from composer.lower.export import export_model
+    from composer.lower.stack import lower_stack
+    from composer.registry.discovery import default_registry
+    from composer.registry.stack import Stack
 
     settings = dict(settings)
     registry = settings.pop("registry", None) or default_registry()
@@ -178,8 +178,8 @@ class CompositionChecker:
         **settings: Any,
     ) -> CheckResult:
         import composer
-        from composer.registry import default_registry
-        from composer.stack import Stack
+        from composer.registry.discovery import default_registry
+        from composer.registry.stack import Stack
 
         stack = Stack.of(backends, **{k: v for k, v in settings.items() if k != "cache"})
         if stack.placement == "measured":
@@ -261,8 +261,8 @@ def check_plugin(
     import warnings
 
     from composer import zoo
-    from composer.errors import ComposerWarning
-    from composer.registry import PluginInfo, Registry
+    from composer.contract.errors import ComposerWarning
+    from composer.registry.discovery import PluginInfo, Registry
 
     registry = Registry.from_entry_points()
     name = name or getattr(plugin, "__name__", type(plugin).__name__)

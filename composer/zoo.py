@@ -7,6 +7,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from composer.contract.errors import ModelError
+
 
 class MLP(nn.Module):
     def __init__(self, width: int = 32) -> None:
@@ -366,8 +368,6 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
 def load(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A zoo model in eval mode with seeded random weights, and its example inputs."""
     if name not in ZOO:
-        from composer.errors import ModelError
-
         raise ModelError(f"no zoo model {name!r}; choose one of: {', '.join(sorted(ZOO))}.")
     torch.manual_seed(seed)
     model, inputs = ZOO[name]()

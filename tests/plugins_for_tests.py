@@ -15,8 +15,8 @@ from executorch.exir.delegate import executorch_call_delegate
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer import BackendSpec, Registry
-from composer.hookspecs import hookimpl
-from composer.registry import PluginInfo
+from composer.contract.hookspecs import hookimpl
+from composer.registry.discovery import PluginInfo
 
 
 class ComposerTestBackend(BackendDetails):

@@ -20,11 +20,13 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import PreprocessResult
 
 import composer
-from composer import aoti_host, hosted_trace, runtime, torch_free_runtime, zoo
-from composer.aoti_host import ManifestFormatError, parse_manifest
-from composer.errors import ComposerError
-from composer.runtime import LoadedProgram
-from composer.verification import compare, flatten_tensors
+from composer import zoo
+from composer.contract.errors import ComposerError
+from composer.measure import hosted_trace
+from composer.run import aoti_host, runtime, torch_free_runtime
+from composer.run.aoti_host import ManifestFormatError, parse_manifest
+from composer.run.runtime import LoadedProgram
+from composer.run.compare import compare, flatten_tensors
 
 FIXTURE = Path(__file__).parent / "data" / "aoti"
 needs_gpu = pytest.mark.skipif(

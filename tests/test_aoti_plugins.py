@@ -8,10 +8,10 @@ from torch import nn
 
 import composer
 from composer import zoo
-from composer.errors import BackendListError, ComposerError
+from composer.contract.errors import BackendListError, ComposerError
 from composer.plugins.aoti import becomes_fallback_kernel
 from composer.plugins.cuda import plugin as cuda_plugin
-from composer.registry import default_registry
+from composer.registry.discovery import default_registry
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
 

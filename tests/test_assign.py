@@ -7,11 +7,11 @@ import torch
 
 import composer
 from composer import zoo
-from composer.errors import PartitionError
-from composer.registry import default_registry
-from composer.scheduler.assign import assign, warn_about_pins_naming_no_op
-from composer.scheduler.partitioner import ComposerPartitioner
-from composer.scheduler.stack import StackSchedule
+from composer.contract.errors import PartitionError
+from composer.planning.assign import assign, warn_about_pins_naming_no_op
+from composer.planning.partitioner import ComposerPartitioner
+from composer.planning.schedule import StackSchedule
+from composer.registry.discovery import default_registry
 
 DEVICES = {"gpu": "cuda", "cpu": "cpu"}
 CHAIN = {"a": "aten.mm.default", "b": "aten.cumsum.default", "c": "aten.mm.default"}

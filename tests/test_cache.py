@@ -19,14 +19,14 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
 from composer import BackendSpec, Registry, zoo
-from composer import registry as registry_module
-from composer.cache import Store, evict, info
 from composer.cli import main
-from composer.errors import ComposerError, ComposerWarning
-from composer.hookspecs import hookimpl
-from composer.runtime import LoadedProgram
+from composer.contract.errors import ComposerError, ComposerWarning
+from composer.contract.hookspecs import hookimpl
+from composer.lower.cache import Store, evict, info
+from composer.registry import discovery as registry_module
+from composer.run.runtime import LoadedProgram
 
-fingerprint = importlib.import_module("composer.fingerprint")
+fingerprint = importlib.import_module("composer.lower.fingerprint")
 
 
 @pytest.fixture

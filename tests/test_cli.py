@@ -265,7 +265,7 @@ def test_a_pin_naming_no_op_warns_with_the_closest_names(capsys, tmp_path, monke
 def test_plugin_warnings_print_as_one_composer_line(capsys, monkeypatch):
     from plugins_for_tests import CarelessPlugin, registry_with
 
-    from composer import registry as registry_module
+    from composer.registry import discovery as registry_module
 
     monkeypatch.setattr(registry_module, "_default", registry_with(CarelessPlugin()))
     code, _, err = run(capsys, "plan", "zoo:mlp", "--backends", "xnnpack,careless")

@@ -13,8 +13,9 @@ import textwrap
 
 import pytest
 
-from composer import ComposerError, Stack, runtime, torch_free_runtime
+from composer import ComposerError, Stack
 from composer.config import stack_from_text
+from composer.run import runtime, torch_free_runtime
 
 
 def python(code: str, *, cwd) -> subprocess.CompletedProcess:
@@ -131,8 +132,8 @@ def test_the_torch_free_runtime_takes_the_threads_too(tmp_path):
         warnings.simplefilter("ignore")
         import torch, composer
         from composer import cpu_threads, zoo
-        from composer.aoti_host import program_runner
-        from composer.verification import compare
+        from composer.run.aoti_host import program_runner
+        from composer.run.compare import compare
         model, inputs = zoo.load("mlp")
         before = cpu_threads.current()
         stack = composer.Stack(["xnnpack"], threads=1)

@@ -33,7 +33,7 @@ def test_cuda_lowering_is_real_and_wired_right(stack):
 
 @pytest.mark.parametrize("stack", [["cuda"], ["xnnpack", "cuda"]], ids=",".join)
 def test_verify_executes_the_cuda_delegates_compiled_so(stack):
-    from composer import aoti_host
+    from composer.run import aoti_host
 
     model, inputs = zoo.load("transformer_block")
     composition = composer.compose(model, stack, inputs)
@@ -44,7 +44,7 @@ def test_verify_executes_the_cuda_delegates_compiled_so(stack):
 
 
 def test_composer_check_runs_the_so_on_a_gpu(composer_check):
-    from composer import aoti_host
+    from composer.run import aoti_host
 
     model, inputs = zoo.load("mlp")
     result = composer_check(model, ["cuda"], inputs)
@@ -65,7 +65,7 @@ def test_lower_verify_names_the_so_executor(capsys, tmp_path):
 
 
 def test_a_cuda_composition_from_the_cache_is_the_same_and_runs(tmp_path, monkeypatch):
-    from composer import aoti_host
+    from composer.run import aoti_host
 
     monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
     model, inputs = zoo.load("mlp")

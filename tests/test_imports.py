@@ -56,10 +56,10 @@ def test_public_names_load_on_use_and_match_all():
 @pytest.mark.parametrize(
     "first",
     [
-        "import composer.plans",
-        "from composer.plans import Plan",
-        "import composer.composition",
-        "from composer.composition import Composition",
+        "import composer.planning.plans",
+        "from composer.planning.plans import Plan",
+        "import composer.pipeline.compose",
+        "from composer.run.composition import Composition",
         "composer.Plan",
     ],
 )
@@ -69,9 +69,9 @@ def test_plan_and_compose_are_the_functions_whatever_was_imported_first(first):
 import importlib
 import composer
 {first}
-assert composer.plan.__module__ == "composer.composition", composer.plan
-assert composer.compose.__module__ == "composer.composition", composer.compose
-assert importlib.import_module("composer.plans").Plan is composer.Plan
-assert importlib.import_module("composer.composition").Composition is composer.Composition
+assert composer.plan.__module__ == "composer.pipeline.compose", composer.plan
+assert composer.compose.__module__ == "composer.pipeline.compose", composer.compose
+assert importlib.import_module("composer.planning.plans").Plan is composer.Plan
+assert importlib.import_module("composer.run.composition").Composition is composer.Composition
 """
     _modules_loaded_by(code)

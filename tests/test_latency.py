@@ -1,4 +1,4 @@
-"""composer.latency.interleaved on a loaded machine: bursts of load must not reorder candidates.
+"""composer.measure.latency.interleaved on a loaded machine: bursts of load must not reorder candidates.
 
 Most tests drive ``interleaved`` with a fake clock: each candidate's call moves it on by the
 call's cost plus whatever load the test injects, so the timings are exact and the tests take
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from composer.latency import Latency, interleaved
+from composer.measure.latency import Latency, interleaved
 
 
 class Machine:
@@ -154,7 +154,8 @@ def test_real_sleeps_with_a_burst_rank_correctly():
 
 
 def test_the_table_compares_with_eager_by_the_medians_and_shows_the_fastest_call():
-    from composer.latency import ProgramLatency, latency_table
+    from composer.measure.singles import ProgramLatency
+    from composer.report.latency_table import latency_table
 
     # By the fastest calls xnnpack would be 2x eager; by the medians it is 4x.
     rows = [

@@ -12,8 +12,8 @@ from executorch.exir._serialize._program import deserialize_pte_binary, serializ
 import composer
 from composer import zoo
 from composer.cli import main
-from composer.errors import ComposerError
-from composer.runtime import LIBRARY_SPEC_KEY, LoadedProgram, program_libraries
+from composer.contract.errors import ComposerError
+from composer.run.runtime import LIBRARY_SPEC_KEY, LoadedProgram, program_libraries
 
 
 def delegate_ids(buffer: bytes) -> list[str]:
@@ -51,7 +51,7 @@ def test_the_openvino_version_is_in_the_plan_and_the_program(cumsum_mlp_xnnpack_
     assert composition.plan.to_dict()["libraries"] == {"openvino": library}
     assert f"compiled with: openvino: {library}" in composition.plan.summary_table()
     assert program_libraries(composition.buffer) == {"OpenvinoBackend": library}
-    from composer.report_html import render_html
+    from composer.report.html import render_html
 
     assert f"openvino compiled with {library}" in render_html(composition.plan)
 

@@ -9,7 +9,7 @@ from plugins_for_tests import Everything, registry_with
 import composer
 from composer import ComposerError, Option, PluginError, zoo
 from composer.cli import main
-from composer.hookspecs import hookimpl
+from composer.contract.hookspecs import hookimpl
 
 KNOWN = {
     "tensorrt_stub": "none",

@@ -13,34 +13,22 @@ from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import BackendSpec, placement, zoo
+from composer import BackendSpec, zoo
 from composer.cli import main
 from composer.config import stack_from_text
-from composer.hookspecs import hookimpl
-from composer.latency import Latency, ProgramTrace, StepTime, program_instructions, trace
-from composer.placement import (
-    MARGIN,
-    Candidate,
-    Measurement,
-    candidates,
-    choose,
-    choose_confirmed,
-)
-from composer.plans import Partition as PlanPartition
-from composer.plans import Plan
-from composer.regions import (
-    Costs,
-    Region,
-    _has_kernel,
-    costs,
-    cut,
-    layouts,
-    pins,
-    portable_kernels,
-    proposal,
-    topological_order,
-)
-from composer.regions import choose as choose_regions
+from composer.contract.hookspecs import hookimpl
+from composer.measure import placement
+from composer.measure.candidates import Candidate, candidates
+from composer.measure.choice import MARGIN, Measurement, choose, choose_confirmed
+from composer.measure.etdump import ProgramTrace, StepTime, program_instructions, trace
+from composer.measure.latency import Latency
+from composer.measure.region_choice import choose as choose_regions
+from composer.measure.region_choice import proposal
+from composer.measure.region_costs import Costs, costs
+from composer.measure.region_layouts import layouts, pins
+from composer.measure.regions import Region, _has_kernel, cut, portable_kernels, topological_order
+from composer.planning.plans import Partition as PlanPartition
+from composer.planning.plans import Plan
 
 
 def test_candidates_are_the_orders_and_each_backend_alone():
@@ -344,7 +332,7 @@ def test_a_candidate_that_fails_to_lower_is_noted_and_the_rest_measured(cache):
 
 
 def test_hosted_the_search_and_the_partition_times_come_from_each_call_timed(cache):
-    """With CUDA in the stack on a GPU every candidate runs hosted (composer.aoti_host), where
+    """With CUDA in the stack on a GPU every candidate runs hosted (composer.run.aoti_host), where
     ETDump sees nothing: the per-region search and the per-partition times then time each
     call there. Here the hosted executor runs OpenVINO and XNNPACK delegates in the runtime."""
     model, inputs = zoo.load("cumsum_mlp")

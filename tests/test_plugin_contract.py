@@ -14,11 +14,11 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
 from composer import BackendSpec, zoo
-from composer import registry as registry_module
 from composer.cli import main
-from composer.errors import PluginError
-from composer.hookspecs import hookimpl
-from composer.op_names import op_name
+from composer.contract.errors import PluginError
+from composer.contract.hookspecs import hookimpl
+from composer.contract.op_names import op_name
+from composer.registry import discovery as registry_module
 
 
 class CrashingCompilerBackend(BackendDetails):

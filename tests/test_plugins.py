@@ -14,9 +14,9 @@ from plugins_for_tests import GreedyPlugin, registry_with
 
 import composer
 from composer import BackendListError, BackendSpec, PluginError, zoo
-from composer.errors import ComposerWarning
-from composer.hookspecs import hookimpl
-from composer.registry import PluginInfo, Registry, default_registry
+from composer.contract.errors import ComposerWarning
+from composer.contract.hookspecs import hookimpl
+from composer.registry.discovery import PluginInfo, Registry, default_registry
 
 HERE = Path(__file__).parent
 
@@ -109,8 +109,8 @@ def test_plugin_breaking_composer_backends_is_skipped_with_a_warning(plugin, nam
 
 
 def test_every_command_works_beside_a_plugin_that_breaks_composer_backends(capsys, monkeypatch):
-    from composer import registry as registry_module
     from composer.cli import main
+    from composer.registry import discovery as registry_module
 
     broken = Registry.from_entry_points()
     with pytest.warns(ComposerWarning):

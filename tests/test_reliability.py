@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from plugins_for_tests import GreedyPlugin, registry_with
 
 import composer
-from composer import atomic, zoo
+from composer import zoo
 from composer.cli import main
+from composer.lower import atomic
 from composer.strategies import models, stacks
 from composer.testing import check_convex
 

@@ -15,9 +15,10 @@ import pytest
 from PIL import Image, ImageColor
 
 import composer
-from composer import cpu_threads, zoo
-from composer.plans import PORTABLE
-from composer.report_html import render_html
+from composer import zoo
+from composer.planning.plans import PORTABLE
+from composer.report.html import render_html
+from composer.run import cpu_threads
 
 SVG = "{http://www.w3.org/2000/svg}"
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "wbr"}

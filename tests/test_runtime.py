@@ -7,8 +7,8 @@ import torch
 
 import composer
 from composer import zoo
-from composer.errors import ComposerError
-from composer.runtime import LoadedProgram
+from composer.contract.errors import ComposerError
+from composer.run.runtime import LoadedProgram
 
 
 @pytest.fixture(scope="module")

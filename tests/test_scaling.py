@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import time
 
-from composer.scheduler import find_tag_cycle, partition_convex
+from composer.planning.convex import partition_convex
+from composer.planning.validate import find_tag_cycle
 from composer.synthetic import AllButCumsum, chain_with_residuals
 
 

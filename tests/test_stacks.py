@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from composer.registry.stack import Stack
 
 import composer
 from composer import zoo
-from composer.registry import default_registry
-from composer.scheduler.stack import lower_stack
-from composer.stack import Stack
+from composer.lower.stack import lower_stack
+from composer.registry.discovery import default_registry
 
 STACKS = [
     ["tensorrt_stub", "xnnpack"],

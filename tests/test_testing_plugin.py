@@ -6,7 +6,7 @@ import json
 
 # pytester's inline runs drop from sys.modules what was first imported inside them, and torch
 # crashes when imported twice in one process; composer's pytest plugin imports it only on use.
-import composer.composition  # noqa: F401
+import composer.pipeline.compose  # noqa: F401
 
 pytest_plugins = ["pytester"]
 

@@ -16,10 +16,10 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.backend_spec import BackendSpec
-from composer.hookspecs import hookimpl
-from composer.op_names import overload_of
-from composer.options import Option, check_options
+from composer.contract.backend_spec import BackendSpec
+from composer.contract.hookspecs import hookimpl
+from composer.contract.op_names import overload_of
+from composer.contract.options import Option, check_options
 
 
 @functools.cache

@@ -13,8 +13,8 @@ import importlib.util
 
 import torch
 
-from composer.backend_spec import BackendSpec
-from composer.options import Option
+from composer.contract.backend_spec import BackendSpec
+from composer.contract.options import Option
 from composer.plugins.aoti import AotiPlugin
 
 ON_OFF = ("ON", "OFF")

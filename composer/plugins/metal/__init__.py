@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from composer.backend_spec import BackendSpec
+from composer.contract.backend_spec import BackendSpec
 from composer.plugins.aoti import AotiPlugin
 
 

@@ -20,10 +20,10 @@ import importlib.metadata
 from collections.abc import Mapping
 from pathlib import Path
 
-from composer.backend_spec import BackendSpec, Tolerance
-from composer.errors import ComposerError
-from composer.hookspecs import hookimpl
-from composer.options import Option, check_options
+from composer.contract.backend_spec import BackendSpec, Tolerance
+from composer.contract.errors import ComposerError
+from composer.contract.hookspecs import hookimpl
+from composer.contract.options import Option, check_options
 
 INSTALL = "pip install 'executorch-composer[openvino]'"
 LIBRARY_SPEC_KEY = "composer.library"

@@ -7,8 +7,8 @@ reference run.
 
 from __future__ import annotations
 
-from composer.backend_spec import BackendSpec
-from composer.hookspecs import hookimpl
+from composer.contract.backend_spec import BackendSpec
+from composer.contract.hookspecs import hookimpl
 
 TENSORRT_STUB = BackendSpec(
     name="tensorrt_stub",

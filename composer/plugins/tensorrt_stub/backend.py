@@ -7,7 +7,7 @@ import json
 import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 
-from composer.op_names import op_name
+from composer.contract.op_names import op_name
 
 BLOB_FORMAT = "composer.tensorrt_stub/1"
 

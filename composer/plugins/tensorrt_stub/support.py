@@ -6,7 +6,7 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.op_names import overload_of
+from composer.contract.op_names import overload_of
 
 # Names of ATen overload packets (``aten.<name>``); every overload of each is taken.
 CONVERTIBLE_OPS = frozenset(

@@ -6,8 +6,8 @@ use only it (and portable kernels) verify end to end on any machine.
 
 from __future__ import annotations
 
-from composer.backend_spec import BackendSpec
-from composer.hookspecs import hookimpl
+from composer.contract.backend_spec import BackendSpec
+from composer.contract.hookspecs import hookimpl
 
 XNNPACK = BackendSpec(
     name="xnnpack",

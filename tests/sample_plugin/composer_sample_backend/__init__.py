@@ -6,7 +6,7 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer.hookspecs import hookimpl
+from composer.contract.hookspecs import hookimpl
 
 
 class SampleBackend(BackendDetails):

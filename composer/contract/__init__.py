@@ -1,0 +1,1 @@
+"""The plugin contract: hookspecs, the option schema, backend specs, errors, op names."""

@@ -1,0 +1,40 @@
+"""Errors a user can cause. Every message says what to do next."""
+
+
+class ComposerError(Exception):
+    """Base class: a problem with the model, the backend list, a plugin or a path."""
+
+
+class BackendListError(ComposerError):
+    """The priority list names an unknown backend, repeats one, or is empty."""
+
+
+class PluginError(ComposerError):
+    """A plugin failed to load, raised in a hook, or broke the plugin contract."""
+
+
+class PreprocessFailed(PluginError):
+    """A backend's ``preprocess`` raised for one partition: ``backend`` and the edge program's
+    ``nodes`` it was given, which another backend may still take."""
+
+    def __init__(self, message: str, backend: str, nodes: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.backend, self.nodes = backend, nodes
+
+
+class ModelError(ComposerError):
+    """The model could not be loaded or exported."""
+
+
+class PartitionError(ComposerError):
+    """A partition is not convex, or the stacked program would contain a cycle."""
+
+
+class ComposerWarning(UserWarning):
+    """Something composer worked around (a plugin skipped, a tag removed); it says what."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type's name where it has none): what a
+    one-line report of it says."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

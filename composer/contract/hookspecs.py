@@ -1,0 +1,167 @@
+"""The composer plugin contract.
+
+A backend plugin is a module (or object) with functions marked ``@hookimpl`` whose names
+match the specs below, registered through the ``composer`` entry-point group::
+
+    # pyproject.toml of your package
+    [project.entry-points.composer]
+    mybackend = "composer_mybackend.plugin"
+
+composer asks a backend's hooks only of the plugin that declared that backend in
+``composer_backends``, so a plugin that declares one backend need not check which backend
+it is asked about. A plugin that declares several reads ``backend.name``. A hook
+implementation may leave out arguments it does not use (pluggy passes only those it names).
+
+Every hook but ``composer_backends`` is optional; a hook that is not implemented (or returns
+``None``) falls back to the default documented on it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import torch
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+    from executorch.exir.backend.partitioner import Partitioner
+    from torch.export import ExportedProgram
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    from composer.contract.backend_spec import BackendSpec
+    from composer.contract.options import Option
+
+PROJECT_NAME = "composer"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def composer_backends() -> list[BackendSpec]:
+    """Return the backends this plugin provides.
+
+    Each is a :class:`composer.BackendSpec`: the name users put in a priority list
+    (``"mybackend"``), the ExecuTorch backend id (the class name of your
+    ``BackendDetails`` subclass, which must be imported by the time lowering runs, so
+    import it in your plugin module), the device the delegate runs on (``"cpu"``,
+    ``"cuda"`` or ``"mps"``; crossings between devices are counted in the plan), the
+    smallest partition worth delegating, and a one-line description.
+
+    Two plugins declaring one name: the first in load order (composer's own plugins, then
+    the others sorted by distribution and entry-point name) keeps it, and a warning names
+    both.
+    """
+
+
+# composer calls each hook below on the one plugin that declared the backend
+# (``Registry.call``); firstresult makes the call return that plugin's answer itself rather
+# than a list of one.
+@hookspec(firstresult=True)
+def composer_options(backend: BackendSpec) -> list[Option] | None:
+    """Declare the options ``backend`` takes, as a list of :class:`composer.Option`.
+
+    Users set them as ``options={"mybackend": {"precision": "fp16"}}`` in Python, as
+    ``--option mybackend.precision=fp16`` on the command line, or under
+    ``[tool.composer.options.mybackend]`` in the config. composer checks them once, before
+    any work: a name you did not declare, or a value outside an option's ``choices``, is a
+    ``composer.ComposerError`` (exit 2) that lists your options or the allowed values. A
+    value matching a choice in another case is passed on as the choice is spelt here
+    (``off`` -> ``OFF``). Your other hooks then get ``options``: every value the user gave,
+    as a string, plus the ``default`` of each option left unset (options with no default
+    are then absent)::
+
+        @hookimpl
+        def composer_options(backend):
+            return [
+                composer.Option("precision", choices=("fp32", "fp16"), default="fp32",
+                                help="the precision the delegate computes in"),
+                composer.Option("device_id", help="which device, when there are several"),
+            ]
+
+    Not implemented, or ``None``: the backend takes no options, and any option given for it
+    is an error. ``composer backends`` lists each backend's options with their help.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_operator_support(
+    backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
+) -> OperatorSupportBase | None:
+    """Say which nodes of ``program`` (an edge-dialect program) ``backend`` can take.
+
+    Return a ``torch.fx.passes.operator_support.OperatorSupportBase`` whose
+    ``is_node_supported(submodules, node)`` answers for one ``call_function`` node. composer
+    never offers a node an earlier backend lowered (``executorch_call_delegate`` and its
+    ``getitem`` users), nor placeholders and outputs: answer only for the op itself.
+    composer groups the supported nodes into maximal convex partitions of at least
+    ``backend.min_partition_size`` nodes, and brings along the constants that only those
+    partitions read.
+
+    If the object also has ``reason_unsupported(node) -> str | None``, the plan shows that
+    reason for each node it declines (otherwise: "unsupported op").
+
+    ``options`` are the user's options for this backend (``compose(..., options={"name":
+    {...}})``), strings by name, already checked against what ``composer_options`` declares
+    and with its defaults filled in; an empty mapping when the backend has none.
+
+    Return ``None`` to use ``composer_partitioner`` instead. A backend must implement one of
+    the two.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_partitioner(backend: BackendSpec, program: ExportedProgram) -> Partitioner | None:
+    """Return a native ExecuTorch ``Partitioner`` that decides what ``backend`` takes.
+
+    Use this to reuse an existing partitioner (``XnnpackPartitioner``). composer runs it
+    on the very program it is partitioning (earlier backends' delegates already in it), reads
+    the nodes it tagged, takes those tags off again and re-forms the nodes into convex
+    partitions: tags it put on earlier delegates, graph inputs or outputs are removed with
+    a warning that names your plugin, and a non-convex tag is split. Constants it tagged
+    stay with it (duplicated where another backend reads them too; the plan counts the
+    bytes). The compile specs of its ``DelegationSpec`` are used unless
+    ``composer_compile_specs`` answers.
+
+    Only consulted when ``composer_operator_support`` returns ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_compile_specs(
+    backend: BackendSpec, method_name: str, options: Mapping[str, str]
+) -> list[CompileSpec] | None:
+    """Return the ExecuTorch ``CompileSpec`` list handed to ``backend``'s ``preprocess``.
+
+    ``method_name`` is the program method being lowered (``"forward"``); ``options`` as in
+    ``composer_operator_support``. ``None`` means no compile specs (or those of the native
+    partitioner, when there is one).
+    """
+
+
+@hookspec(firstresult=True)
+def composer_ops_to_not_decompose(
+    backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
+) -> list[torch._ops.OpOverload] | None:
+    """Return the ATen ops ``backend`` wants to see whole, not decomposed, in the edge program.
+
+    ``program`` is the ATen-dialect program before decomposition; ``options`` as in
+    ``composer_operator_support``. Backends are asked in
+    priority order and every answer is honoured, so an op one backend keeps whole is whole
+    for the backends after it too. ``None``: the native partitioner's answer, if any, else
+    nothing.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_unavailable_reason(backend: BackendSpec) -> str | None:
+    """Say why ``backend`` cannot lower on this machine, or ``None`` if it can.
+
+    Answer with a short reason a user can act on (``"no CUDA device visible"``). Planning
+    still works: composer then partitions exactly as it would on the target but lowers with
+    a stand-in, so the plan on a laptop is the plan on the target. ``compose`` refuses such
+    a backend with this reason.
+    """

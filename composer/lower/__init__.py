@@ -1,0 +1,1 @@
+"""Lowering a stack with ExecuTorch: export, to_backend per partition, caches, atomic writes."""

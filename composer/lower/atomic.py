@@ -1,0 +1,204 @@
+"""Writing the files of one run (.pte, .ptd, report) so that all of them appear or none does.
+
+Each file goes to a temporary beside its target first; the renames then run with interrupts
+held back, under a lock on the program's directory (two runs writing the same paths do not
+interleave), and a rename that fails puts back what the earlier ones replaced. What this
+cannot cover is the machine dying between two renames: rename is atomic per file only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import shutil
+import signal
+import stat
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from composer.contract.errors import ComposerError
+
+
+def check_writable(paths: Sequence[Path]) -> None:
+    """Refuse, before any work starts, output paths that cannot be written as regular files.
+
+    Each directory is probed by creating (and removing) a file in it: permission bits say
+    nothing for root, and a read-only or special file system refuses only when asked.
+    """
+    seen: dict[str, Path] = {}
+    for path in paths:
+        key = os.path.join(os.path.realpath(path.parent), path.name)
+        if key in seen:
+            raise ComposerError(
+                f"{path} is named twice as an output (also as {seen[key]}); one would "
+                "overwrite the other. Give each output its own path."
+            )
+        seen[key] = path
+        _check_target(path)
+    probed: set[str] = set()
+    for path in paths:
+        directory = os.path.realpath(path.parent)
+        if directory not in probed:
+            probed.add(directory)
+            Path(_write_temporary(path, b"")).unlink()
+
+
+def _check_target(path: Path) -> None:
+    if not path.parent.is_dir():
+        raise ComposerError(f"cannot write {path}: the directory {path.parent} does not exist.")
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise ComposerError(f"cannot write {path}: {error.strerror}.") from error
+    if stat.S_ISLNK(mode):
+        raise ComposerError(
+            f"cannot write {path}: it is a symbolic link; composer replaces only regular "
+            "files. Name the file it points to, or remove the link."
+        )
+    if stat.S_ISDIR(mode):
+        raise ComposerError(f"cannot write {path}: it is a directory. Name a file in it.")
+    if not stat.S_ISREG(mode):
+        raise ComposerError(
+            f"cannot write {path}: it is not a regular file (a device, pipe or socket); "
+            "composer replaces only regular files."
+        )
+
+
+class InterruptedAfterWriting(KeyboardInterrupt):
+    """Ctrl-C that arrived while the files were being renamed: they were all written."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        super().__init__(", ".join(map(str, paths)))
+        self.paths = list(paths)
+
+
+def write_all(files: Mapping[Path, bytes]) -> None:
+    """Write every file to a temporary beside it, then rename them all into place.
+
+    A failure or an interrupt leaves the targets as they were: no new file, partial or
+    whole, and earlier files of the same names untouched. An interrupt during the renames
+    is acted on once they are done (``InterruptedAfterWriting``).
+    """
+    paths = [Path(path) for path in files]
+    check_writable(paths)
+    temporaries: dict[Path, str] = {}
+    held: list[int] = []
+    renamed = False
+    try:
+        for path, data in zip(paths, files.values()):
+            temporaries[path] = _write_temporary(path, data)
+        with _locked(paths[0].parent), _interrupts_held(held):
+            if not held:  # interrupted while waiting for the lock: write nothing
+                _rename_all(temporaries)
+                renamed = True
+    finally:
+        for temporary in temporaries.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+    try:
+        for signum in held:
+            signal.raise_signal(signum)
+    except KeyboardInterrupt as interrupt:
+        if renamed:
+            raise InterruptedAfterWriting(paths) from interrupt
+        raise
+
+
+def _rename_all(temporaries: Mapping[Path, str]) -> None:
+    replaced: list[tuple[Path, str | None]] = []  # target, the backup of what it held
+    try:
+        for path, temporary in temporaries.items():
+            backup = _backup(path) if path.exists() else None
+            replaced.append((path, backup))
+            os.replace(temporary, path)
+    except BaseException as error:
+        for path, backup in reversed(replaced):
+            if backup is not None:
+                os.replace(backup, path)
+            else:
+                path.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise ComposerError(
+                f"cannot write {error.filename or path}: {error.strerror}; no file was changed."
+            ) from error
+        raise
+    for _, backup in replaced:
+        if backup is not None:
+            os.unlink(backup)
+
+
+def _backup(path: Path) -> str:
+    """A second name for the file at ``path``, so that a later failure can put it back."""
+    backup = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.previous")
+    try:
+        os.link(path, backup)
+    except OSError:  # a file system without hard links
+        shutil.copy2(path, backup)
+    return backup
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` so two runs' renames do not interleave."""
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
+@contextlib.contextmanager
+def _interrupts_held(held: list[int]) -> Iterator[None]:
+    """Collect SIGINT and SIGTERM in ``held`` instead of acting on them, for a moment."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (and only it gets KeyboardInterrupt)
+        return
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: held.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _umask() -> int:
+    # The only portable way to read the umask is to set it; Linux also shows it in /proc.
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_temporary(path: Path, data: bytes) -> str:
+    try:
+        handle, temporary = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+        )
+    except OSError as error:
+        raise ComposerError(
+            f"cannot write {path}: {error.strerror} (in the directory {path.parent})."
+        ) from error
+    try:
+        # mkstemp makes the file private (0600); a written output gets the usual mode.
+        os.fchmod(handle, 0o666 & ~_umask())
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return temporary

@@ -1,0 +1,81 @@
+"""Lowering a resolved stack into an ExecuTorch program: partitions reused from the cache,
+``to_executorch``, and what lowering made besides the bytes (``Lowered``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+import torch
+
+from composer.contract.errors import ComposerError
+from composer.lower.cache import Store
+from composer.planning.plans import Plan
+from composer.registry.stack import Stack
+
+if TYPE_CHECKING:
+    from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
+
+
+def with_backend_facts(plan: Plan, resolved) -> Plan:
+    """The plan with what each backend declared about tolerances and its compiler library."""
+    return attrs.evolve(
+        plan,
+        tolerances={b.name: b.spec.tolerance for b in resolved if b.spec.tolerance is not None},
+        libraries={b.name: b.spec.library for b in resolved if b.spec.library},
+    )
+
+
+@attrs.frozen
+class Lowered:
+    """What lowering made besides the bytes: ExecuTorch's program managers and the reference."""
+
+    buffer: bytes
+    data_files: dict[str, bytes]
+    plan: Plan
+    program: ExecutorchProgramManager
+    edge: EdgeProgramManager
+    reference: torch.nn.Module
+    # Every partition came from the cache or went into it: lowering again gives these bytes
+    # (AOTInductor's autotuning alone would not).
+    repeatable: bool = False
+
+
+def lower_program(
+    program, resolved, registry, stand_ins, stack: Stack, progress, folder: Path | None, jobs: int
+) -> Lowered:
+    """Lower ``program`` with the resolved stack, reusing lowered partitions from ``folder``
+    (``None``: no cache), ``jobs`` processes lowering them."""
+    # executorch.exir takes seconds to import, and a program from the cache needs none of it.
+    from composer.lower.partition_cache import reusing
+    from composer.lower.stack import lower_stack
+
+    lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
+    store = None if folder is None else Store(folder, "partition")
+    with reusing(lowering, store, progress, jobs) as reuse:
+        edge, result = lower_stack(program, resolved, registry, stand_ins, stack, progress)
+    result = with_backend_facts(result, resolved)
+    # Built before to_executorch, which rewrites the edge program in place (buffer copies).
+    reference = edge.exported_program().module()
+    try:
+        with torch.no_grad():
+            executorch_program = edge.to_executorch()
+    except Exception as error:
+        raise ComposerError(
+            f"to_executorch failed after lowering with {list(result.backends)}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    return Lowered(
+        buffer=executorch_program.buffer,
+        # ExecutorchProgramManager exposes the .ptd data only as a private attribute.
+        data_files={
+            name: bytes(cord) for name, cord in (executorch_program._tensor_data or {}).items()
+        },
+        plan=result,
+        program=executorch_program,
+        edge=edge,
+        reference=reference,
+        repeatable=store is not None and reuse.unstored == 0,
+    )

@@ -1,0 +1,177 @@
+"""Stacking backends in priority order through ExecuTorch's own ``to_edge_transform_and_lower``,
+with composer's partitioners; a clear ComposerError when ExecuTorch fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import torch
+import torch.fx
+from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
+from torch.export import ExportedProgram
+
+from composer.contract.errors import ComposerError, PluginError, PreprocessFailed, first_line
+from composer.planning.build import build_plan
+from composer.planning.partitioner import ComposerPartitioner, KeptWholeButLeft, PartitionRecord
+from composer.planning.plans import Plan
+from composer.planning.schedule import StackSchedule
+from composer.registry.discovery import Backend, Registry
+from composer.registry.stack import Stack
+
+
+def lower_stack(
+    program: ExportedProgram,
+    backends: list[Backend],
+    registry: Registry,
+    stand_ins: set[str],
+    stack: Stack,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[EdgeProgramManager, Plan]:
+    """Lower ``program`` with ``backends`` (``stack``'s, resolved) in order; those in
+    ``stand_ins`` lower to a stand-in. ``stack`` has its options' defaults filled in."""
+    # Which nodes a backend keeps whole but then no backend takes (a pin, a minimum partition
+    # size) shows only once the last backend has partitioned the edge program: those that
+    # ExecuTorch's own check would refuse are decomposed and the program lowered again. Each
+    # attempt decomposes at least one more.
+    decomposed: dict[str, dict[str, str]] = {}  # origin -> backend that left it -> why
+    gone: set[str] = set()  # their names, which pins may name
+    while True:
+        try:
+            return _lower_once(
+                program, backends, registry, stand_ins, stack, progress, decomposed, gone
+            )
+        except KeptWholeButLeft as left:
+            if all(origin in decomposed for origin, _ in left.nodes.values()):
+                raise
+            gone |= left.nodes.keys()
+            for origin, by_backend in left.nodes.values():
+                decomposed.setdefault(origin, {}).update(by_backend)
+            if progress is not None:
+                progress(f"decomposing {', '.join(sorted(left.nodes))}: kept whole for a "
+                         "backend, taken by none; lowering again")  # fmt: skip
+
+
+def _lower_once(
+    program: ExportedProgram,
+    backends: list[Backend],
+    registry: Registry,
+    stand_ins: set[str],
+    stack: Stack,
+    progress: Callable[[str], None] | None,
+    decomposed: Mapping[str, Mapping[str, str]],
+    gone: set[str],
+) -> tuple[EdgeProgramManager, Plan]:
+    records: list[PartitionRecord] = []
+    partitioners = [
+        ComposerPartitioner(
+            backend,
+            registry,
+            stand_in=backend.name in stand_ins,
+            on_partition=records.append,
+            options=stack.options.get(backend.name),
+            min_partition_size=stack.min_partition_size.get(backend.name),
+            progress=progress,
+        )
+        for backend in backends
+    ]
+    schedule = StackSchedule(partitioners, stack.never, stack.consolidates, gone)
+    for partitioner in partitioners:
+        partitioner.stack = tuple(partitioners)
+        partitioner.schedule = schedule
+        partitioner.decomposed = decomposed
+        if partitioner.stand_in:
+            partitioner.check_backend_class = (
+                registry.unavailable_reason(partitioner.backend) is None
+            )
+    # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
+    # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
+    started = time.perf_counter()
+    with torch.no_grad():
+        edge = _lower(program, partitioners)
+    if progress is not None:
+        progress(f"lowered with {', '.join(b.name for b in backends)} in "
+                 f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+    plan = build_plan(
+        edge.exported_program().graph_module, backends, records, stand_ins, schedule.edges
+    )
+    return edge, plan
+
+
+def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) -> EdgeProgramManager:
+    try:
+        return to_edge_transform_and_lower(
+            program,
+            partitioner=partitioners,
+            # Backends keep ops whole that the edge dialect's validity check does not know.
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
+    except ComposerError:
+        raise
+    except Exception as error:
+        raise _lowering_error(error, partitioners) from error
+
+
+def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -> ComposerError:
+    """Name the backend (and plugin) a failure inside ExecuTorch's lowering belongs to."""
+    happened = f"{type(error).__name__}: {first_line(error)}"
+    # ExecuTorch partitions and lowers one partitioner at a time, in list order.
+    current = next((p for p in reversed(partitioners) if p.entered), None)
+    if current is None:
+        return ComposerError(
+            f"ExecuTorch's to_edge_transform_and_lower failed before any backend partitioned: "
+            f"{happened}. Run with --debug (or composer.plan) and report it with the model."
+        )
+    origin = current.backend.origin
+    who = f"plugin {origin.name!r} ({origin.distribution}): backend {current.backend.name!r}"
+    if current.stand_in:
+        return ComposerError(
+            f"{who}: lowering its partitions to composer's stand-in failed: {happened}. This is "
+            "a bug in composer; please report it with the model."
+        )
+    backend_class = current.backend_class()
+    preprocess = getattr(backend_class.preprocess, "__func__", backend_class.preprocess)
+    frames = _traceback_codes(error)
+    if getattr(preprocess, "__code__", None) in frames:
+        message = f"{who} failed to lower: {backend_class.__name__}.preprocess raised {happened}"
+        nodes = _preprocessed_nodes(error, preprocess.__code__)
+        if nodes:
+            return PreprocessFailed(message, current.backend.name, nodes)
+        return PluginError(message)
+    if isinstance(error, AttributeError) and "processed_bytes" in str(error):
+        return PluginError(
+            f"{who} failed to lower: {backend_class.__name__}.preprocess must return "
+            f"executorch's PreprocessResult(processed_bytes=...) ({happened})"
+        )
+    return PluginError(f"{who} failed to lower: {happened}")
+
+
+def _preprocessed_nodes(error: BaseException, preprocess) -> tuple[str, ...]:
+    """The ops of the partition ``preprocess`` (a code object) was lowering when ``error``
+    went through it: its first argument, the partition's edge program, whose nodes keep the
+    names of the program's."""
+    for frame in _frames(error):
+        if frame.f_code is preprocess and preprocess.co_argcount:
+            program = frame.f_locals.get(preprocess.co_varnames[0])
+            graph = getattr(getattr(program, "graph_module", None), "graph", None)
+            if graph is not None:
+                return tuple(n.name for n in graph.nodes if n.op == "call_function")
+    return ()
+
+
+def _frames(error: BaseException | None):
+    """The frames the error (and the errors it chains) went through."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback = error.__traceback__
+        while traceback is not None:
+            yield traceback.tb_frame
+            traceback = traceback.tb_next
+        error = error.__cause__ or error.__context__
+
+
+def _traceback_codes(error: BaseException | None) -> set:
+    """The code objects of every frame the error (and the errors it chains) went through."""
+    return {frame.f_code for frame in _frames(error)}

@@ -1,0 +1,1 @@
+"""Timing programs: interleaved latency, traces, whole-program and per-region placement."""

@@ -1,0 +1,206 @@
+"""Measured placement: time whole-program candidates in the runtime here, keep the fastest.
+
+The candidates are the stack in the declared order (priority, and strict), the other orders of
+its backends, and each backend alone: every one is a real composition, run in the ExecuTorch
+runtime and timed together (``composer.measure.latency.interleaved``), so the choice is never slower
+than the best single backend, within the noise of one run. The declared order wins unless
+another candidate is faster by more than ``MARGIN``, in that round and again in a second one
+where the finalists (the declared order, the winner, each backend alone) are timed anew: on a
+shared machine a burst of load can reverse one round. Measurements are cached by program,
+stack, candidates, library versions and machine, so a second run times nothing. The choice
+is plain configuration (``backends`` and ``placement``), which reproduces it anywhere without
+measuring.
+
+With two or more backends, one more candidate is searched per region (composer.measure.region_search): the
+graph is cut into regions, each region is timed on every backend that takes it and on portable
+kernels, and dynamic programming picks a mix that no order of the stack may produce. That
+candidate is written as node pins (``never = {backend: ["node:NAME"]}``, ``placement =
+"strict"``), timed with the others, and kept only if it beats every whole-program candidate by
+more than ``MARGIN`` (in both rounds): it is a guess from parts, the others are measured whole.
+Each distinct program is then traced (ETDump; hosted, each call timed), so the plan says
+what every partition of the chosen program cost and, where another candidate ran the same
+nodes elsewhere, what they cost there."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from composer.contract.errors import ComposerError, first_line
+from composer.measure import hosted_trace, regions
+from composer.measure.candidates import Candidate, candidates
+from composer.measure.choice import Choice, Measurement, choose, choose_confirmed
+from composer.measure.etdump import ProgramTrace, trace
+from composer.measure.latency import interleaved
+from composer.measure.placement_cache import read_cache, write_cache
+from composer.measure.units import partition_times
+from composer.run import cpu_threads
+from composer.run.aoti_host import program_runner
+
+RUNS = 100
+
+
+TRACE_RUNS = 30  # calls per program under ETDump, for the per-partition times
+
+
+REGION_RUNS = 50  # calls per program of the per-region search, traced taking turns
+
+
+def measure(
+    compose_candidate: Callable[[Candidate], Any],
+    backends: Sequence[str],
+    inputs: Sequence[Any],
+    *,
+    key: str | None,
+    runs: int = RUNS,
+    budget_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    cache_dir: Path | None = None,
+    hosted: bool = False,
+    plan_candidate: Callable[[Candidate], Any] | None = None,
+    never: Mapping[str, Sequence[str]] | None = None,
+    threads_set: bool = False,
+) -> tuple[Choice, dict[Candidate, Any]]:
+    """Compose and time every candidate (cached by ``key``); returns the choice and the
+    compositions it made (none when the cache answered).
+
+    ``hosted``: run every candidate through ``aoti_host`` (a stack with CUDA in it, on a
+    GPU) instead of the runtime, and time each call there (``composer.measure.hosted_trace``)
+    instead of tracing with ETDump. ``plan_candidate`` plans a candidate without lowering;
+    given, and with two or more backends, a per-region candidate is searched too
+    (composer.measure.region_search). ``never`` is the user's pins, which the config that reproduces the
+    choice repeats, as it repeats the runtime's threads where ``threads_set``."""
+    # These import torch, which the paths that only read a plan skip.
+
+    cached = read_cache(cache_dir, key)
+    if cached is not None:
+        cached = attrs.evolve(cached, threads_set=threads_set)
+        if progress is not None:
+            progress(f"placement: measurements from the cache ({cached.chosen.label})")
+        return cached, {}
+    started = time.perf_counter()
+
+    def over_budget() -> bool:
+        return budget_s is not None and time.perf_counter() - started > budget_s
+
+    composed: dict[Candidate, Any] = {}
+    notes: dict[Candidate, str] = {}
+    same: dict[Candidate, str] = {}  # candidate -> digest of its program
+    loaded = {}
+    failures: list[ComposerError] = []
+
+    def compose_and_load(candidate: Candidate) -> None:
+        if progress is not None:
+            progress(f"placement: composing {candidate.label}")
+        try:
+            composition = compose_candidate(candidate)
+        except ComposerError as error:
+            # One order or backend failing to lower (OpenVINO alone keeps a bilinear upsample
+            # whole that it cannot take) leaves the others to choose from.
+            failures.append(error)
+            notes[candidate] = f"not composed: {first_line(error)}"
+            return
+        composed[candidate] = composition
+        # Candidates that lower to the same bytes are one program: timed once, so that noise
+        # cannot rank a program against itself.
+        digest = hashlib.sha256(composition.buffer).hexdigest()
+        if digest not in loaded:
+            try:
+                program = program_runner(composition, hosted)
+                program.run(inputs)  # checks the inputs once, outside the timing
+            except ComposerError as error:
+                notes[candidate] = f"not timed: {first_line(error)}"
+                return
+            loaded[digest] = program
+        same[candidate] = digest
+
+    listed = candidates(backends)
+    for index, candidate in enumerate(listed):
+        if index and over_budget():
+            notes[candidate] = f"not measured: over the tune budget of {budget_s:g} s"
+            continue
+        compose_and_load(candidate)
+    searched: dict[str, Any] = {}
+    if plan_candidate is not None and len(backends) > 1:
+        if over_budget():
+            searched = {"notes": [f"not searched: over the tune budget of {budget_s:g} s"]}
+        else:
+            mixed, searched = regions.search(
+                compose_candidate, plan_candidate, backends, inputs,
+                over_budget=over_budget, progress=progress, trace_runs=REGION_RUNS,
+                hosted=hosted,
+            )  # fmt: skip
+            if mixed is not None:
+                listed.append(mixed)
+                compose_and_load(mixed)
+    if not composed and failures:
+        raise failures[0]
+    if progress is not None:
+        progress(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each")
+    timed = (
+        interleaved({d: p.timed_call(inputs) for d, p in loaded.items()}, runs) if loaded else {}
+    )
+    measurements = tuple(
+        Measurement(
+            candidate,
+            composed[candidate].plan.delegate_calls if candidate in composed else None,
+            timed.get(same.get(candidate)),
+            notes.get(candidate, ""),
+        )
+        for candidate in listed
+    )
+    chosen = choose(measurements)
+    if chosen != measurements[0].candidate:
+        measurements = _confirm(measurements, chosen, same, loaded, inputs, runs, progress)
+        chosen = choose_confirmed(measurements)
+    traces = {}
+    for candidate in [chosen, *(c for c in composed if c != chosen)]:
+        digest = same.get(candidate)
+        if digest is None or digest in traces:
+            continue
+        if over_budget() and candidate != chosen:
+            continue
+        if progress is not None:
+            how = hosted_trace.HostedTrace.timer if hosted else ProgramTrace.timer
+            progress(f"placement: tracing {candidate.label}, {TRACE_RUNS} runs ({how})")
+        if hosted:
+            traces[digest] = hosted_trace.trace_together(
+                {digest: loaded[digest]}, inputs, TRACE_RUNS
+            )[digest]
+        else:
+            traces[digest] = trace(composed[candidate].buffer, inputs, TRACE_RUNS)
+    by_candidate = {c: traces[same[c]] for c in composed if traces.get(same.get(c)) is not None}
+    partitions, traced = partition_times(chosen, composed, by_candidate)
+    choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced,
+                    regions=searched, never={b: list(p) for b, p in (never or {}).items()},
+                    threads=cpu_threads.current(), threads_set=threads_set)  # fmt: skip
+    write_cache(cache_dir, key, choice)
+    return choice, composed
+
+
+def _confirm(measurements, chosen, same, loaded, inputs, runs, progress):
+    """The measurements with a second round for the finalists: the declared order, the winner
+    and each backend alone, timed together again. On a shared machine one round's winner by
+    a few percent is often the next round's loser; a switch away from the declared order must
+    win both rounds."""
+    singles = [m.candidate for m in measurements if len(m.candidate.backends) == 1]
+    finalists = [measurements[0].candidate, chosen, *singles]
+    if chosen.pins:
+        # A per-region choice must beat the best whole program again, whichever it was.
+        whole = [m for m in measurements if m.latency is not None and not m.candidate.pins]
+        finalists += [min(whole, key=lambda m: m.latency.median_us).candidate] if whole else []
+    digests = list(dict.fromkeys(same[c] for c in finalists if c in same))
+    if progress is not None:
+        progress(f"placement: confirming {chosen.label}, {len(digests)} program(s) again")
+    again = interleaved({d: loaded[d].timed_call(inputs) for d in digests}, runs)
+    return tuple(
+        attrs.evolve(m, confirmed=again[same[m.candidate]])
+        if m.candidate in finalists and m.candidate in same
+        else m
+        for m in measurements
+    )

@@ -1,0 +1,1 @@
+"""The line through the stages: plan(), compose() and measured placement's composing."""

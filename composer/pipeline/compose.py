@@ -1,0 +1,302 @@
+"""The public entry points: ``plan`` a stack without lowering, ``compose`` it into a .pte; with
+``placement="measured"``, the candidates composed here and timed by composer.measure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import torch
+from torch.export import ExportedProgram
+
+from composer.contract.errors import BackendListError, ComposerError, ComposerWarning
+from composer.lower.cache import DamagedEntryWarning, cache_dir, cache_enabled
+from composer.lower.export import Model, example_inputs_of, export_model
+from composer.lower.lowering import Lowered, lower_program, with_backend_facts
+from composer.lower.program_cache import ProgramCache
+from composer.measure import placement as measured
+from composer.measure.placement_cache import cache_key
+from composer.pipeline.proven import composed_and_proven, pinned_off
+from composer.planning.plans import Plan
+from composer.registry.discovery import Registry, default_registry
+from composer.registry.names import is_count
+from composer.registry.stack import Stack
+from composer.run import aoti_host, cpu_threads
+from composer.run.composition import Composition
+
+
+def _prepare(stack: Stack, registry, plan_only):
+    registry = registry or default_registry()
+    resolved = registry.resolve(stack.backends)
+    stand_ins = set()
+    for backend in resolved:
+        reason = registry.unavailable_reason(backend)
+        if reason is None:
+            continue
+        if not plan_only:
+            raise BackendListError(
+                f"backend {backend.name!r} cannot lower on this machine: {reason}. Run "
+                "composer.plan() here for the plan, and compose on a machine that has it."
+            )
+        stand_ins.add(backend.name)
+    return resolved, registry, stand_ins
+
+
+def plan(
+    model: Model,
+    stack: Stack | str | Sequence[str],
+    example_inputs: Sequence[Any] | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    cache: bool = True,
+    registry: Registry | None = None,
+    **settings: Any,
+) -> Plan:
+    """Work out which backend takes which node, without compiling anything.
+
+    Runs on any machine: the partitions are exactly those ``compose`` makes on the target.
+    The arguments are as for :func:`compose`; ``placement="measured"`` composes and times
+    candidates for real, so it needs backends that run here.
+    """
+    stack = Stack.of(stack, **settings)
+    cache = cache and cache_enabled()
+    if stack.placement == "measured":  # it runs programs; a plain plan runs none
+        _use_threads(stack)
+        return _measured(model, stack, example_inputs, progress, cache, registry).plan
+    given_registry = registry is not None
+    resolved, registry, unavailable = _prepare(stack, registry, True)
+    stack = stack.with_defaults(resolved)
+    wanted = cache and not given_registry
+    # A composed program's entry holds its plan too: planning after composing costs nothing.
+    cached = _program_cache(PLAN_SOURCES, wanted, resolved, stack, registry)
+    stored = cached.by_module(model, example_inputs) if cached else None
+    if stored is None:
+        program = export_model(model, example_inputs)
+        stored = cached.by_program(program) if cached else None
+    if stored is None:
+        # executorch.exir takes seconds to import, and a plan from the cache needs none of it.
+        from composer.lower.stack import lower_stack
+
+        # Plan mode compiles nothing: every backend lowers to the stand-in.
+        all_stand_ins = {backend.name for backend in resolved}
+        with _composer_warnings() as said:
+            _edge, result = lower_stack(program, resolved, registry, all_stand_ins, stack, progress)
+        result = with_backend_facts(result, resolved)
+        if cached:
+            cached.save({"plan": result, "warnings": said})
+    else:
+        if progress is not None:
+            progress(f"reused the plan from the cache ({cache_dir()})")
+        _replay(stored.get("warnings", ()))
+        result = stored["plan"]
+    return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
+
+
+PLAN_SOURCES = ("plan", "program")  # where a plan may be found, in order
+
+
+def _program_cache(kinds: tuple[str, ...], wanted, resolved, stack: Stack, registry: Registry):
+    """The cache of whole results for this stack, if caching is on and the stack digestible.
+
+    Not with an explicit registry: it may hold plugin objects whose state no digest sees,
+    while installed plugins are known by distribution, version and code."""
+    if not wanted:
+        return None
+
+    return ProgramCache.open(cache_dir(), kinds, resolved, stack, registry)
+
+
+def _use_threads(stack: Stack) -> None:
+    """Give XNNPACK the stack's threads before this process runs a program (a composition's
+    verify, measured placement): the runtime's pool is fixed once a program loads."""
+    if stack.threads is not None:
+        cpu_threads.set_threads(stack.threads)
+
+
+def compose(
+    model: Model,
+    stack: Stack | str | Sequence[str],
+    example_inputs: Sequence[Any] | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    cache: bool = True,
+    jobs: int | None = None,
+    registry: Registry | None = None,
+    check: bool = True,
+    **settings: Any,
+) -> Composition:
+    """Lower ``model`` with a stack of backends, in priority order, into one ExecuTorch program.
+
+    ``stack`` is a :class:`~composer.registry.stack.Stack`, or its backends (a list of names or
+    ``"a,b"``) with the other fields of a Stack as keywords: ``options``, ``never``,
+    ``min_partition_size``, ``placement``, ``tune_budget``, ``threads`` (``consolidate=False``
+    is the older spelling of ``placement="strict"``). ``example_inputs`` export an ``nn.Module``
+    (an ``ExportedProgram`` needs none). ``progress`` gets one line per backend and
+    partition as lowering goes.
+
+    ``cache`` (default on) reuses what was composed before: the whole program when the model,
+    stack and versions are the same, else each lowered partition that is (see
+    :mod:`composer.lower.cache`); measured placement's timings are cached too. ``jobs`` processes
+    lower partitions in parallel where the backend lowers each on its own (default 1).
+    ``registry`` replaces the installed plugins (tests; a program composed with one is not
+    cached whole).
+
+    ``check`` (default on): where a runtime here runs every delegate, the program is run once
+    on the example inputs and compared with eager before it is returned; a partition whose
+    backend fails to lower it, or whose delegate fails to run or to match, is moved to the
+    next backend (or portable kernels) and the stack composed again (``plan.repairs``, and
+    ``plan.proof`` says how the proof went). With ``placement="strict"`` a failure raises.
+    """
+    stack = Stack.of(stack, **settings)
+    cache = cache and cache_enabled()
+    _use_threads(stack)
+    if stack.placement == "measured":
+        return _measured(model, stack, example_inputs, progress, cache, registry, check)
+    given_registry = registry is not None
+    resolved, registry, stand_ins = _prepare(stack, registry, False)
+    workers = _jobs(jobs)
+    stack = stack.with_defaults(resolved)
+    folder = cache_dir() if cache else None
+    cached = _program_cache(("program",), cache and not given_registry, resolved, stack, registry)
+    exported: list[ExportedProgram] = []
+
+    def program() -> ExportedProgram:
+        if not exported:
+            exported.append(export_model(model, example_inputs))
+        return exported[0]
+
+    def lower(current: Stack) -> Lowered:
+        return lower_program(
+            program(), resolved, registry, stand_ins, current, progress, folder, workers
+        )
+
+    stored = cached.by_module(model, example_inputs) if cached else None
+    if stored is None and cached:
+        stored = cached.by_program(program())
+    if stored is not None:
+        if progress is not None:
+            progress(f"reused the composed program from the cache ({folder})")
+        _replay(stored.get("warnings", ()))
+        # Lowered again only if asked for, maybe after the caller ran the model, which can
+        # update its buffers in place (a KV cache): from the model as it is now.
+        # torch.export's graph depends on the grad mode (verify runs under no_grad).
+        frozen, grad = copy.deepcopy(model), torch.is_grad_enabled()
+
+        # A repaired program is lowered again with its repairs.
+        repaired = pinned_off(stack, [(r["backend"], r["nodes"]) for r in stored["plan"].repairs])
+
+        def lower_frozen() -> Lowered:
+            with torch.set_grad_enabled(grad):
+                program = export_model(frozen, example_inputs)
+            return lower_program(
+                program, resolved, registry, stand_ins, repaired, progress, folder, workers
+            )
+
+        return Composition(stored["buffer"], stored["data_files"], stored["plan"],
+                           _eager(model, program), example_inputs_of(model, example_inputs),
+                           from_cache=True, lower=lower_frozen)  # fmt: skip
+    made: list[Lowered] = []
+
+    def build(current: Stack) -> Composition:
+        lowered = lower(current)
+        made.append(lowered)
+        return Composition(lowered.buffer, lowered.data_files, lowered.plan,
+                           _eager(model, program), example_inputs_of(model, example_inputs),
+                           lowered=lowered)  # fmt: skip
+
+    with _composer_warnings() as said:
+        composition = composed_and_proven(build, stack, check=check, progress=progress)
+    # Only what can be lowered again to the same bytes: a composition from the cache lowers
+    # again for its edge program and reference, which must match its bytes. A program that
+    # was not checked is not stored: the cache holds proven programs only.
+    if cached and made[-1].repeatable and check:
+        cached.save({"buffer": composition.buffer, "data_files": composition.data_files,
+                     "plan": composition.plan, "warnings": said})  # fmt: skip
+    return composition
+
+
+@contextlib.contextmanager
+def _composer_warnings():
+    """composer's own warnings while lowering (a pin that names no op...), as they are also
+    shown, so that a result from the cache says them again."""
+    said: list[tuple[type, str]] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ComposerWarning)
+        yield said
+    for warning in caught:
+        if issubclass(warning.category, ComposerWarning) and not issubclass(
+            warning.category, DamagedEntryWarning
+        ):
+            said.append((warning.category, str(warning.message)))
+        warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                               warning.lineno, source=warning.source)  # fmt: skip
+
+
+def _replay(said) -> None:
+    for category, message in said:
+        warnings.warn(message, category, stacklevel=3)
+
+
+def _jobs(jobs: int | None) -> int:
+    if jobs is None:
+        # Forking a process that holds a lowered program costs more than a 2-core machine
+        # wins back (bench/RESULTS.md, "Composing again"): parallel is asked for.
+        return 1
+    if not is_count(jobs):
+        raise ComposerError(f"jobs must be a whole number >= 1, not {jobs!r}.")
+    return jobs
+
+
+def _eager(model: Model, program: Callable[[], ExportedProgram]) -> torch.nn.Module:
+    return model if isinstance(model, torch.nn.Module) else program().module()
+
+
+def _measured(
+    model, stack: Stack, example_inputs, progress, cache: bool, registry, check: bool = True
+) -> Composition:
+    """Compose with the fastest candidate placement, measured here (composer.measure.placement)."""
+
+    registry = registry or default_registry()
+    resolved = registry.resolve(stack.backends)
+    # The checks every candidate's compose makes, once and before any work.
+    stack.with_defaults(resolved)
+    program = export_model(model, example_inputs)
+    # With CUDA in the stack, on a GPU, every candidate runs hosted: one way of running
+    # for all, or the comparison would measure the executors.
+    hosted = aoti_host.host_unavailable_reason() is None and any(
+        b.spec.backend_id == aoti_host.CUDA_BACKEND_ID for b in resolved
+    )
+
+    def only(candidate) -> Stack:
+        """The candidate's stack: its backends with their settings, the user's pins and its
+        own node pins."""
+        kept = stack.only(candidate.backends, candidate.placement)
+        return attrs.evolve(kept, never=candidate.never(kept.never))
+
+    def compose_candidate(candidate):
+        return compose(model, only(candidate), example_inputs, registry=registry, check=check)
+
+    def plan_candidate(candidate):
+        return plan(model, only(candidate), example_inputs, registry=registry)
+
+    choice, composed = measured.measure(
+        compose_candidate,
+        list(stack.backends),
+        example_inputs_of(program, example_inputs),
+        key=cache_key(program, stack.backends, stack.settings(), measured.RUNS),
+        budget_s=stack.tune_budget,
+        progress=progress,
+        cache_dir=cache_dir() if cache else None,
+        hosted=hosted,
+        plan_candidate=plan_candidate,
+        never={name: sorted(pins) for name, pins in stack.never.items()},
+        threads_set=stack.threads is not None,
+    )
+    composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
+    composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())
+    return composition

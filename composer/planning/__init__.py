@@ -1,0 +1,1 @@
+"""Which backend takes which node: support, assignment, convex partitions, guards, the Plan."""

@@ -1,0 +1,372 @@
+"""One backend's slice of the stack, as a real ExecuTorch Partitioner: tag, constants, check."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+import attrs
+import torch
+import torch.fx
+from executorch.exir.backend.backend_details import BackendDetails
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from torch.export import ExportedProgram
+
+from composer.contract.errors import PartitionError, PluginError
+from composer.contract.op_names import op_name
+from composer.planning.convex import partition_by_support
+from composer.planning.guards import TAG, foreign_delegate_nodes, tag_constants
+from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
+from composer.planning.support import Support, evaluate_support, native_partitioner, plugin_label
+from composer.planning.validate import check_lowerable
+from composer.registry.discovery import Backend, Registry
+
+
+@attrs.define
+class PartitionRecord:
+    """What one backend took in one ``partition`` call, and why it left the rest."""
+
+    backend: Backend
+    partitions: list[list[tuple[str, str]]]  # per partition: (node name, op)
+    declined: dict[str, str]  # node name -> reason
+    duplicated_constant_bytes: int
+
+
+class KeptWholeButLeft(PartitionError):
+    """Nodes kept undecomposed for a backend that then no backend took (a pin, a minimum
+    partition size, consolidation): undelegated, ExecuTorch refuses them ("was not decomposed
+    or delegated"), so they must be decomposed and the program lowered again."""
+
+    def __init__(self, nodes: Mapping[str, tuple[str, Mapping[str, str]]]) -> None:
+        # edge node name -> (its origin_name, {backend that kept it whole: why it left it})
+        self.nodes = {name: (origin, dict(left)) for name, (origin, left) in nodes.items()}
+        listed = ", ".join(
+            f"{name} (kept whole for {', '.join(sorted(left))}: {'; '.join(left.values())})"
+            for name, (_, left) in sorted(self.nodes.items())
+        )
+        super().__init__(
+            f"no backend takes {listed}; lower again with them decomposed "
+            "(ComposerPartitioner.decomposed, as composer.compose does)."
+        )
+
+
+def origin_name(node: torch.fx.Node) -> str:
+    """The name of the node of the first exported program that ``node`` descends from.
+
+    The same in the program ``ops_to_not_decompose``'s filter sees and in the edge program a
+    partitioner sees, where the node's own name differs (upsample_nearest2d, then
+    aten_upsample_nearest2d_vec). A node kept whole is its origin's only descendant of its op.
+    """
+    sources = node.meta.get("from_node")
+    if not sources:
+        return node.name
+    source = sources[-1]
+    while source.from_node:
+        source = source.from_node[-1]
+    return source.name
+
+
+def aten_op(target: object) -> object:
+    """The ATen op of an edge op (the form ``ops_to_not_decompose`` lists), else ``target``."""
+    return getattr(target, "_op", target)
+
+
+class Schedule(Protocol):
+    """The stack's assignment, as a backend's partitioner reads its own part of it."""
+
+    def withheld_from(
+        self,
+        partitioner: ComposerPartitioner,
+        program: ExportedProgram,
+        guarded: set[torch.fx.Node],
+        support: Support,
+    ) -> Mapping[str, str]:
+        """Node names ``partitioner`` must not take in ``program``, each with the reason."""
+
+
+class ComposerPartitioner(Partitioner):
+    """Partitions for one backend: guarded, maximal convex, validated before lowering.
+
+    Usable on its own in ``to_edge_transform_and_lower(ep, partitioner=[...])`` next to
+    any other ExecuTorch partitioner; in a stack, ``schedule`` says what it must leave to others.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        registry: Registry,
+        *,
+        stand_in: bool = False,
+        method_name: str = "forward",
+        on_partition: Callable[[PartitionRecord], None] | None = None,
+        stack: Sequence[Partitioner] = (),
+        options: Mapping[str, str] | None = None,
+        min_partition_size: int | None = None,
+        progress: Callable[[str], None] | None = None,
+        schedule: Schedule | None = None,
+    ) -> None:
+        self.backend = backend
+        self.registry = registry
+        self.stand_in = stand_in
+        self.method_name = method_name
+        self.on_partition = on_partition
+        # The partitioners of the list this one is lowered in, itself included.
+        self.stack = tuple(stack)
+        self.options = dict(options or {})
+        self.min_partition_size = min_partition_size or backend.spec.min_partition_size
+        self.progress = progress
+        self.schedule = schedule
+        self._native: Partitioner | None = None
+        self._native_asked = False
+        self.entered = False  # partition() has been called: its backend is being lowered
+        # Nodes to decompose although a backend asks to keep their op whole, as a
+        # KeptWholeButLeft of an earlier attempt named them: origin_name -> the backend that
+        # left the node -> why. Shared by the stack.
+        self.decomposed: Mapping[str, Mapping[str, str]] = {}
+        self.kept_whole_ops: frozenset[object] = frozenset()  # what this backend last asked for
+        self.declined: Mapping[str, str] = {}  # node name -> why, from its last partition()
+        # A stand-in for a backend that can lower here: its ExecuTorch backend must exist too,
+        # so that a plan that succeeds means lowering will find it.
+        self.check_backend_class = not stand_in
+        super().__init__()
+
+    def __repr__(self) -> str:
+        return f"ComposerPartitioner({self.backend.name!r})"
+
+    def listed_with(self) -> Sequence[Partitioner]:
+        """The partitioners of the list this one is lowered in (itself may be among them)."""
+        return self.stack
+
+    # --- the hooks ExecuTorch calls -------------------------------------------------
+
+    def ops_to_not_decompose(self, ep: ExportedProgram):
+        # ExecuTorch decomposes once per partitioner, each time with the full table minus
+        # that partitioner's ops: an op one backend keeps whole is decomposed by the pass of
+        # any other partitioner, before it as well as after (XNNPACK's linear, split by an
+        # earlier backend into permute + addmm, then fails XNNPACK's preprocess on 3-D
+        # inputs). So each partitioner keeps whole what any backend of the stack keeps
+        # whole, each op under the filter of the backend that asked for it.
+        answers = [self._own_ops_to_not_decompose(ep)]
+        for other in self.listed_with():
+            if other is self:
+                continue
+            if isinstance(other, ComposerPartitioner):
+                answers.append(other._own_ops_to_not_decompose(ep))
+            else:
+                answers.append(other.ops_to_not_decompose(ep))
+        ops = list(dict.fromkeys(op for listed, _ in answers for op in listed))
+        decomposed = self.decomposed
+        if not decomposed and all(op_filter is None for _, op_filter in answers):
+            return (ops, None)
+        asked = [(frozenset(listed), op_filter) for listed, op_filter in answers]
+
+        def keep_whole(node: torch.fx.Node) -> bool:
+            if decomposed and origin_name(node) in decomposed:
+                return False
+            return any(
+                node.target in listed and (op_filter is None or op_filter(node))
+                for listed, op_filter in asked
+            )
+
+        return (ops, keep_whole)
+
+    def _own_ops_to_not_decompose(self, ep: ExportedProgram):
+        ops = self.registry.call(
+            "composer_ops_to_not_decompose", self.backend, program=ep, options=self.options
+        )
+        if ops is not None:
+            wrong = next(
+                (op for op in ops if not isinstance(op, torch._ops.OpOverload)), None
+            ) if isinstance(ops, list | tuple) else ops  # fmt: skip
+            if wrong is not None:
+                raise PluginError(
+                    f"{plugin_label(self.backend)} returned {wrong!r} from "
+                    f"composer_ops_to_not_decompose for backend {self.backend.name!r}; it must "
+                    "return a list of ATen ops (torch.ops.aten.linear.default), not names, or None."
+                )
+            self.kept_whole_ops = frozenset(ops)
+            return (list(ops), None)
+        native = self._native_partitioner(ep)
+        answer = native.ops_to_not_decompose(ep) if native is not None else ([], None)
+        self.kept_whole_ops = frozenset(answer[0])
+        return answer
+
+    def transform_for_pre_decomposition(self, ep: ExportedProgram) -> ExportedProgram:
+        native = self._native_partitioner(ep)
+        if native is not None:
+            return native.transform_for_pre_decomposition(ep)
+        return ep
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        self.entered = True
+        graph = exported_program.graph_module.graph
+        guarded = foreign_delegate_nodes(graph)
+        support = self.support(exported_program, guarded)
+        withheld = (
+            self.schedule.withheld_from(self, exported_program, guarded, support)
+            if self.schedule is not None
+            else {}
+        )
+        declined: dict[str, str] = {}
+
+        def is_offered_and_taken(node: torch.fx.Node) -> bool:
+            if node in guarded:
+                return False
+            reason = withheld.get(node.name) or self._left_before(node)
+            if reason is not None:
+                declined[node.name] = reason
+                return False
+            if not support.takes(node):
+                declined[node.name] = support.why_not(node)
+                return False
+            return True
+
+        started = time.perf_counter()
+        partitions = partition_by_support(graph, is_offered_and_taken, self.min_partition_size)
+        in_partition = {node for members in partitions for node in members}
+        for node in graph.nodes:
+            if (
+                node.op == "call_function"
+                and node not in guarded
+                and node not in in_partition
+                and node.name not in declined
+            ):
+                declined[node.name] = f"partition below the minimum size {self.min_partition_size}"
+        self.declined = declined
+        left_whole = self._kept_whole_but_left(exported_program, guarded | in_partition)
+        if left_whole:
+            raise KeptWholeButLeft(left_whole)
+
+        tags: dict[str, DelegationSpec] = {}
+        compile_specs = self._compile_specs(support.compile_specs)
+        if partitions and self.check_backend_class:
+            self.backend_class()
+        for index, members in enumerate(partitions):
+            tag = f"{self.backend.name}_{index}"
+            for node in members:
+                node.meta[TAG] = tag
+            tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
+        duplicated = tag_constants(exported_program, support.wanted_constants)
+        check_lowerable(graph, f"backend {self.backend.name!r}")
+        self._report(partitions, time.perf_counter() - started)
+        if self.on_partition is not None:
+            self.on_partition(
+                PartitionRecord(
+                    self.backend,
+                    [[(n.name, op_name(n)) for n in members] for members in partitions],
+                    declined,
+                    duplicated,
+                )
+            )
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    def support(self, program: ExportedProgram, guarded: set[torch.fx.Node]) -> Support:
+        """What this backend says it can take in ``program`` (``guarded``: never offered)."""
+        return evaluate_support(
+            self.backend,
+            self.registry,
+            program,
+            guarded,
+            options=self.options,
+            native=lambda: self._native_partitioner(program),
+        )
+
+    def backend_class(self) -> type[BackendDetails]:
+        """The ExecuTorch ``BackendDetails`` subclass the backend's spec names."""
+        backend_id = self.backend.spec.backend_id
+        # ExecuTorch looks a backend up the same way: by name, among the direct subclasses.
+        found = [cls for cls in BackendDetails.__subclasses__() if cls.__name__ == backend_id]
+        if not found:
+            raise PluginError(
+                f"{plugin_label(self.backend)} declares backend {self.backend.name!r} with "
+                f"ExecuTorch backend id {backend_id!r}, but no BackendDetails subclass of that "
+                "name is imported. The id is the class name of the plugin's BackendDetails "
+                "subclass; import that class in the plugin module."
+            )
+        return found[0]
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _left_before(self, node: torch.fx.Node) -> str | None:
+        # What this backend left whole it leaves in pieces too: a pin on a node holds for
+        # what it decomposes into, and pieces need not pass the minimum size the whole failed.
+        left = self.decomposed.get(origin_name(node), {})
+        return left.get(self.backend.name)
+
+    def _kept_whole_but_left(
+        self, program: ExportedProgram, taken: set[torch.fx.Node]
+    ) -> dict[str, tuple[str, dict[str, str]]]:
+        """Once the last backend has partitioned: the nodes ExecuTorch will refuse, left
+        undecomposed for a backend and taken by none, each with the backends that kept its
+        op whole and why they left it. The same test as ExecuTorch's own check after
+        lowering (``_sanity_check_graph_for_non_decomp_ops``), made before it lowers."""
+        # Only the last backend knows: a node one backend leaves, a later one may take whole.
+        if self.stack and self is not self.stack[-1]:
+            return {}
+        from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+
+        ops, op_filter = self.ops_to_not_decompose(program)
+        refused = {aten_to_edge(op) for op in ops} | set(ops)
+        keepers = [p for p in self.stack or (self,) if isinstance(p, ComposerPartitioner)]
+        left: dict[str, tuple[str, dict[str, str]]] = {}
+        for node in program.graph_module.graph.nodes:
+            if (
+                node.op != "call_function"
+                or node in taken
+                or node.target not in refused
+                or (op_filter is not None and not op_filter(node))
+            ):
+                continue
+            why = {
+                p.backend.name: p.declined.get(node.name, "not taken")
+                for p in keepers
+                if aten_op(node.target) in p.kept_whole_ops
+            }
+            left[node.name] = (origin_name(node), why)
+        return left
+
+    def _report(self, partitions: list[list[torch.fx.Node]], elapsed: float) -> None:
+        if self.progress is None:
+            return
+        self.progress(
+            f"{self.backend.name}: {len(partitions)} partition(s) in {elapsed:.2f} s"
+            + ("" if not partitions else ", lowering...")
+        )
+        for index, members in enumerate(partitions):
+            ops = sum(1 for n in members if op_name(n) != "getitem")
+            self.progress(f"  {self.backend.name}:{index}  {ops} op(s)")
+
+    def _backend_id(self) -> str:
+        return STAND_IN_BACKEND_ID if self.stand_in else self.backend.spec.backend_id
+
+    def _compile_specs(self, native: list[CompileSpec]) -> list[CompileSpec]:
+        # A stand-in for a backend that lowers here still asks the plugin, so that a plan
+        # that succeeds means lowering gets the same valid answer.
+        if self.stand_in and not self.check_backend_class:
+            return stand_in_compile_specs(self.backend.spec)
+        specs = self.registry.call(
+            "composer_compile_specs",
+            self.backend,
+            method_name=self.method_name,
+            options=self.options,
+        )
+        if specs is None:
+            return stand_in_compile_specs(self.backend.spec) if self.stand_in else list(native)
+        if not isinstance(specs, list | tuple) or not all(
+            isinstance(s, CompileSpec) for s in specs
+        ):
+            raise PluginError(
+                f"{plugin_label(self.backend)} returned {specs!r} from composer_compile_specs; "
+                "it must return a list of executorch's CompileSpec or None."
+            )
+        if self.stand_in:
+            return stand_in_compile_specs(self.backend.spec)
+        return list(specs)
+
+    def _native_partitioner(self, ep: ExportedProgram) -> Partitioner | None:
+        if not self._native_asked:
+            self._native_asked = True
+            self._native = native_partitioner(self.backend, self.registry, ep)
+        return self._native

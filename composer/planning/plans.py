@@ -1,0 +1,327 @@
+"""The plan: which backend took which node, the partitions, crossings and duplicated bytes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from tabulate import tabulate
+
+from composer.contract.backend_spec import Tolerance
+
+PORTABLE = "portable"
+HOST = "cpu"  # portable kernels, graph inputs and outputs run on the host
+# What timed the partitions and regions of a plan that does not say (made before hosted
+# timing): composer.measure.etdump.ProgramTrace.timer.
+ETDUMP = "ExecuTorch's event tracer, ETDump"
+
+
+def timer_of(timed: dict[str, Any]) -> str:
+    """What timed ``timed`` (a plan's ``placement["traced"]`` or ``["regions"]``)."""
+    return timed.get("timer", ETDUMP)
+
+
+@attrs.frozen
+class Partition:
+    """One delegate: the backend that took it and the edge-program nodes inside it."""
+
+    id: str
+    backend: str
+    device: str
+    nodes: tuple[str, ...]
+    ops: tuple[str, ...]
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        return dict(sorted(Counter(self.ops).items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "backend": self.backend,
+            "device": self.device,
+            "nodes": list(self.nodes),
+            "op_counts": self.op_counts,
+        }
+
+
+@attrs.frozen
+class Fallback:
+    """A node no backend took: it runs on ExecuTorch's portable CPU kernels."""
+
+    node: str
+    op: str
+    reasons: tuple[tuple[str, str], ...]  # (backend, why it did not take the node)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "op": self.op, "reasons": dict(self.reasons)}
+
+
+@attrs.frozen
+class Plan:
+    """How a model is composed over a backend stack. ``to_json`` has stable keys."""
+
+    backends: tuple[str, ...]
+    node_backends: dict[str, str]  # every compute node of the edge program -> backend
+    node_ops: dict[str, str]
+    partitions: tuple[Partition, ...]
+    fallbacks: tuple[Fallback, ...]
+    delegate_calls: int
+    crossings: int
+    duplicated_constant_bytes: int
+    stand_ins: tuple[str, ...] = ()  # backends planned with a stand-in (cannot lower here)
+    edges: tuple[tuple[str, str], ...] = ()  # data edges between the nodes, for pictures
+    # backends whose results may differ from eager's by more than the dtype's default
+    tolerances: dict[str, Tolerance] = attrs.field(factory=dict)
+    libraries: dict[str, str] = attrs.field(factory=dict)  # backend -> "openvino 2025.4.1"
+    # how placement was decided when it was measured: the candidates and their times
+    placement: dict[str, Any] = attrs.field(factory=dict)
+    # how the program was proven before it was written (composer.run.proof): ran and matched
+    # eager, not run here (and why), or not checked; empty for a plan (nothing runs)
+    proof: str = ""
+    # partitions moved after their delegate failed: backend, partition, nodes, why, moved_to
+    repairs: tuple[dict[str, Any], ...] = ()
+    # node -> what each backend, in order, answered when offered it (not in to_json)
+    decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
+
+    def device_of(self, node_name: str) -> str:
+        """Where ``node_name`` runs: its partition's device, else the host."""
+        return self._node_devices().get(node_name, HOST)
+
+    def device_of_backend(self, backend: str) -> str | None:
+        """The device of ``backend``'s partitions (the host for portable; None if it took none)."""
+        if backend == PORTABLE:
+            return HOST
+        return next((p.device for p in self.partitions if p.backend == backend), None)
+
+    def crossing_edges(self) -> list[tuple[str, str]]:
+        """The data edges between ops whose two ends run on different devices."""
+        return [(a, b) for a, b in self.edges if self.device_of(a) != self.device_of(b)]
+
+    def _node_devices(self) -> dict[str, str]:
+        return {node: p.device for p in self.partitions for node in p.nodes}
+
+    def explain(self, node_name: str) -> list[tuple[str, str]]:
+        """(backend, what it answered) for each backend in priority order; for a measured plan,
+        then ("measured", what the node's partition cost here and elsewhere)."""
+        answers = list(self.decisions.get(node_name, ()))
+        timed = self.partition_time(node_name)
+        if timed is not None:
+            answers.append(("measured", _describe_time(timed)))
+        searched = self.placement.get("regions", {})
+        regions = searched.get("regions", ())
+        index = next((i for i, r in enumerate(regions) if node_name in r["nodes"]), None)
+        if index is not None:
+            answers.append(("per region", _region_line(searched, index)))
+        return answers
+
+    def partition_time(self, node_name: str) -> dict[str, Any] | None:
+        """The traced time of the partition ``node_name`` runs in (for a node on portable
+        kernels, of its kernel call), with the alternatives measured; ``None`` if not traced."""
+        unit = next((p.id for p in self.partitions if node_name in p.nodes), node_name)
+        return next(
+            (t for t in self.placement.get("partitions", ()) if t["partition"] == unit), None
+        )
+
+    def backend_of(self, node_name: str) -> str:
+        return self.node_backends[node_name]
+
+    def nodes_on(self, backend: str) -> list[str]:
+        return [name for name, b in self.node_backends.items() if b == backend]
+
+    def ops_on(self, backend: str) -> Counter[str]:
+        return Counter(self.node_ops[name] for name in self.nodes_on(backend))
+
+    def partitions_of(self, backend: str) -> list[Partition]:
+        return [p for p in self.partitions if p.backend == backend]
+
+    def _placement_lines(self) -> list[str]:
+        if not self.placement:
+            return []
+        source = " (from the cache)" if self.placement.get("cached") else ""
+        lines = [f"placement: measured{source}, chose {self.placement['chosen']}"]
+        if self.placement.get("threads"):
+            lines.append(f"  timed with XNNPACK on {self.placement['threads']} thread(s)")
+        for item in self.placement["candidates"]:
+            if item["median_us"] is None:
+                lines.append(f"  {item['candidate']}: {item['note']}")
+            else:
+                again = item.get("confirmed_median_us")
+                lines.append(
+                    f"  {item['candidate']}: {item['delegate_calls']} delegate call(s), median "
+                    f"{item['median_us']:.1f} us, p90 {item['p90_us']:.1f} us"
+                    + ("" if again is None else f"; second round median {again:.1f} us")
+                )
+        timed = self.placement.get("partitions", ())
+        traced = self.placement.get("traced", {})
+        if timed:
+            lines.append(
+                f"  per partition, traced over {traced['runs']} runs "
+                f"({timer_of(traced)}), median: the call "
+                f"{traced['execute_median_us']:.1f} us, {traced['between_calls_us']:.1f} us of "
+                "it between delegate and kernel calls"
+            )
+            lines += [f"    {_describe_time(t)}" for t in timed]
+        lines += _region_lines(self.placement.get("regions", {}))
+        config = self.placement.get("config", "").strip()
+        if "\n[" in config:  # with a table of pins: as it goes in the file
+            lines.append("  to reproduce without measuring, in composer.toml:")
+            lines += [f"    {line}" for line in config.splitlines()]
+        elif config:
+            lines.append(
+                f"  to reproduce without measuring, in composer.toml: {config.replace(chr(10), ', ')}"
+            )
+        return lines
+
+    def tolerance(self) -> Tolerance | None:
+        """The loosest tolerance among the backends that took a node (``None``: the default)."""
+        return Tolerance.loosest({b: t for b, t in self.tolerances.items() if self.nodes_on(b)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backends": list(self.backends),
+            "stand_ins": list(self.stand_ins),
+            "summary": {
+                backend: {
+                    "nodes": len(self.nodes_on(backend)),
+                    "partitions": len(self.partitions_of(backend)),
+                }
+                for backend in (*self.backends, PORTABLE)
+            },
+            "delegate_calls": self.delegate_calls,
+            "crossings": self.crossings,
+            "duplicated_constant_bytes": self.duplicated_constant_bytes,
+            "partitions": [p.to_dict() for p in self.partitions],
+            "fallbacks": [f.to_dict() for f in self.fallbacks],
+            "nodes": {
+                name: {"op": self.node_ops[name], "backend": backend}
+                for name, backend in self.node_backends.items()
+            },
+            "edges": [list(edge) for edge in self.edges],
+            # added later: new keys go last, so readers of the old order keep working
+            "libraries": dict(self.libraries),
+            "tolerances": {b: t.to_dict() for b, t in self.tolerances.items()},
+            "placement": dict(self.placement),
+            "proof": self.proof,
+            "repairs": [dict(r) for r in self.repairs],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def summary_table(self) -> str:
+        """A plain-text table: one row per backend, then the totals."""
+        rows = [("backend", "nodes", "partitions", "ops")]
+        for backend in (*self.backends, PORTABLE):
+            ops = self.ops_on(backend)
+            top = ", ".join(f"{op} x{n}" for op, n in ops.most_common(4))
+            more = len(ops) - 4
+            rows.append(
+                (
+                    backend + (" (stand-in)" if backend in self.stand_ins else ""),
+                    str(len(self.nodes_on(backend))),
+                    "-" if backend == PORTABLE else str(len(self.partitions_of(backend))),
+                    top + (f", +{more} more" if more > 0 else ""),
+                )
+            )
+        lines = tabulate(
+            rows[1:], headers=rows[0], tablefmt="plain", disable_numparse=True
+        ).splitlines()
+        lines.append(
+            f"delegate calls: {self.delegate_calls}   device crossings: {self.crossings}   "
+            f"duplicated constant bytes: {self.duplicated_constant_bytes}"
+        )
+        for backend, tolerance in self.tolerances.items():
+            lines.append(
+                f"tolerance {backend}: atol {tolerance.atol:g}, rtol {tolerance.rtol:g}"
+                + (f" ({tolerance.reason})" if tolerance.reason else "")
+            )
+        lines.extend(self._placement_lines())
+        lines.extend(f"moved: {describe_repair(r)}" for r in self.repairs)
+        if self.proof:
+            lines.append(f"proof: {self.proof}")
+        if self.libraries:
+            lines.append("compiled with: " + ", ".join(
+                f"{b}: {lib}" for b, lib in self.libraries.items()))  # fmt: skip
+        for fallback in self.fallbacks:
+            why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
+            lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
+        return "\n".join(lines)
+
+
+def describe_repair(repair: Mapping[str, Any]) -> str:
+    """One line for a moved partition: "openvino:1 failed at run time: ...; its 18 nodes went
+    to portable"."""
+    went = ", ".join(f"{b} x{n}" for b, n in repair["moved_to"].items()) or "nowhere"
+    return (
+        f"{repair['partition']} ({repair['backend']}) {repair['why']}; its "
+        f"{len(repair['nodes'])} node(s) went to {went}"
+    )
+
+
+def _region_lines(searched: dict[str, Any]) -> list[str]:
+    """The per-region search (composer.measure.region_search): each region's time per option, the choice."""
+    regions = searched.get("regions", ())
+    if not regions:
+        return [f"  per region: {note}" for note in searched.get("notes", ())]
+    estimate = searched.get("estimated_us")
+    lines = [
+        f"  per region: {len(regions)} regions, each timed on every option "
+        f"({timer_of(searched)})"
+        + (
+            ""
+            if estimate is None
+            else f"; chosen by dynamic programming, estimated {estimate:.1f} us"
+        )
+    ]
+    lines += [f"    {_region_line(searched, index)}" for index in range(len(regions))]
+    calls = searched.get("call_us", {})
+    switches = searched.get("switch_us", {})
+    if calls or switches:
+        lines.append(
+            "    a call's fixed cost: "
+            + (", ".join(f"{b} {us:.1f} us" for b, us in calls.items()) or "-")
+            + f"; a switch: {searched.get('between_us', 0.0):.1f} us"
+            + "".join(f", {pair} +{us:.1f} us" for pair, us in switches.items())
+        )
+    lines += [f"    {note}" for note in searched.get("notes", ())]
+    return lines
+
+
+def _region_line(searched: dict[str, Any], index: int) -> str:
+    """One region of the search: its nodes, its time on each option, the option chosen."""
+    region = searched["regions"][index]
+    times = searched.get("region_us", ())
+    chosen = searched.get("chosen", ())
+    nodes = region["nodes"]
+    named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
+    cost = times[index] if index < len(times) else {}
+    options = ", ".join(
+        f"{o} {cost[o]:.1f} us" if o in cost else f"{o} not timed" for o in region["options"]
+    )
+    pick = f" -> {chosen[index]}" if index < len(chosen) else ""
+    return f"region {index}: {named}: {options}{pick}"
+
+
+def _describe_time(timed: dict[str, Any]) -> str:
+    """One line: a partition's traced time on its backend, then on each alternative."""
+    nodes = f"{timed['nodes']} node{'s' if timed['nodes'] != 1 else ''}"
+    line = f"{timed['partition']} ({nodes}) on {timed['backend']}: {timed['median_us']:.1f} us"
+    for other in timed["alternatives"]:
+        extra = other["extra_nodes"]
+        larger = f", in a partition with {extra} more node(s)" if extra else ""
+        line += (
+            f"; on {other['backend']} {other['median_us']:.1f} us ({other['candidate']}{larger})"
+        )
+    return line
+
+
+def partition_of(plan, inside: set[str]) -> str | None:
+    """The partition of ``plan`` that shares the most nodes with a lowered module whose graph
+    has the nodes ``inside`` (a delegate keeps the names of the plan nodes it holds);
+    ``None`` where it shares none."""
+    best = max(plan.partitions, key=lambda p: len(inside.intersection(p.nodes)), default=None)
+    return best.id if best is not None and inside.intersection(best.nodes) else None

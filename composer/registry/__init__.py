@@ -1,0 +1,1 @@
+"""Finding backends: entry-point discovery, the options plugins declare, the Stack."""

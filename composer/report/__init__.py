@@ -1,0 +1,1 @@
+"""Reports of a plan: the HTML picture, latency tables."""

@@ -1,0 +1,1 @@
+"""Running programs: the pip runtime, the torch-free runtime, the libtorch host, verification."""

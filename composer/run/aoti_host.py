@@ -1,0 +1,503 @@
+"""Run a composed program's CUDA delegates as their compiled AOTInductor ``.so`` on a GPU.
+
+ExecuTorch's CUDA runtime is C++ and not in the pip wheel, so nothing else here executes the
+code ``CudaBackend`` compiled. Each delegate's ``.so`` leaves its ``aoti_torch_*`` symbols to
+its host; libtorch provides them, and ``torch._C._aoti.AOTIModelContainerRunnerCuda`` loads
+it. Its weights are bound from the ``.ptd`` through the delegate's manifest, a private
+ExecuTorch format (``ETCUDAFQN3``, written by ``backends/cuda/cuda_weight_collector.py``)
+that this module pins: a change raises :class:`ManifestFormatError`. A delegate of a backend
+an ExecuTorch runtime here has (XNNPACK, OpenVINO) runs its own compiled code too, as a
+program of that one delegate in that runtime; what is outside the delegates runs as in
+``Composition.reference``, in Python.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import functools
+import operator
+import os
+import struct
+import tempfile
+from collections.abc import Mapping
+from typing import Protocol
+
+import attrs
+import torch
+import torch.fx
+
+from composer.contract.errors import ComposerError
+from composer.run import torch_free_runtime
+from composer.run.compare import flatten_tensors
+from composer.run.runtime import (
+    LoadedProgram,
+    program_backend_ids,
+    registered_backends,
+    runtime_can_run,
+    torch_mismatch,
+)
+
+
+class Hostable(Protocol):
+    """What the host needs of a composed program (a :class:`composer.run.composition.Composition`)."""
+
+    buffer: bytes
+    data_files: Mapping[str, bytes]
+
+    @property
+    def reference(self) -> torch.nn.Module: ...
+
+
+EXECUTOR = "AOTInductor .so, libtorch host"
+CUDA_BACKEND_ID = "CudaBackend"
+MANIFEST_MAGIC = b"ETCUDAFQN3"
+# ExecuTorch ScalarType values (equal to c10's) that the manifest reader accepts.
+MANIFEST_DTYPES = {
+    0: torch.uint8,
+    1: torch.int8,
+    2: torch.int16,
+    3: torch.int32,
+    4: torch.int64,
+    5: torch.float16,
+    6: torch.float32,
+    11: torch.bool,
+    15: torch.bfloat16,
+}
+MANIFEST_DEVICES = {0: "cpu", 1: "cuda"}
+_ENTRY_FIXED = struct.Struct("<QiiqI")  # storage_nbytes, dtype, device_type, offset, ndim
+_TORCH_LIBS = ("libc10.so", "libtorch_cpu.so", "libc10_cuda.so", "libtorch_cuda.so")
+
+
+class ManifestFormatError(ComposerError):
+    """A CudaBackend delegate's processed bytes are not the manifest format composer reads."""
+
+
+def _format_error(expected: str, found: str) -> ManifestFormatError:
+    return ManifestFormatError(
+        "ExecuTorch's private CudaBackend manifest format changed (or this is not a CudaBackend "
+        f"delegate): expected {expected}, found {found}. composer reads the format ExecuTorch "
+        "1.5.1 writes (backends/cuda/cuda_weight_collector.py:encode_cuda_weight_metadata); "
+        "update composer/aoti_host.py:parse_manifest for this ExecuTorch."
+    )
+
+
+@attrs.frozen
+class WeightEntry:
+    """One constant of a compiled delegate: where its bytes live and how to view them."""
+
+    fqn: str
+    storage_key: str  # named-data key of its storage, in the .ptd
+    storage_nbytes: int
+    dtype: torch.dtype
+    device: str  # "cpu" or "cuda"
+    storage_offset: int  # in elements
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@attrs.frozen
+class Manifest:
+    """A CudaBackend delegate's processed bytes: its .so's named-data key and its weights."""
+
+    so_blob_key: str
+    entries: tuple[WeightEntry, ...]
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, size: int, what: str) -> bytes:
+        if self.at + size > len(self.data):
+            raise _format_error(
+                f"{what} ({size} bytes) at byte {self.at}",
+                f"only {len(self.data) - self.at} bytes left of {len(self.data)}",
+            )
+        chunk = self.data[self.at : self.at + size]
+        self.at += size
+        return chunk
+
+    def unpack(self, layout: str, what: str) -> tuple:
+        return struct.unpack(layout, self.take(struct.calcsize(layout), what))
+
+    def string(self, what: str) -> str:
+        (size,) = self.unpack("<I", f"the length of {what}")
+        raw = self.take(size, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _format_error(f"{what} as UTF-8", repr(raw[:40])) from None
+
+
+def parse_manifest(data: bytes) -> Manifest:
+    """Read a CudaBackend delegate's processed bytes (ExecuTorch 1.5.1's ``ETCUDAFQN3``).
+
+    Strict like ExecuTorch's own C++ reader: any difference raises ManifestFormatError.
+    """
+    data = bytes(data)
+    if not data.startswith(MANIFEST_MAGIC):
+        raise _format_error(f"the magic {MANIFEST_MAGIC!r}", repr(data[:16]))
+    reader = _Reader(data)
+    reader.take(len(MANIFEST_MAGIC), "magic")
+    so_blob_key = reader.string("the .so key")
+    if not so_blob_key:
+        raise _format_error("a non-empty .so key", "an empty one")
+    (count,) = reader.unpack("<I", "the weight count")
+    entries = []
+    for index in range(count):
+        what = f"weight {index} of {count}"
+        fqn = reader.string(f"the name of {what}")
+        storage_key = reader.string(f"the storage key of {what}")
+        nbytes, dtype, device, offset, ndim = reader.unpack(_ENTRY_FIXED.format, what)
+        if dtype not in MANIFEST_DTYPES:
+            raise _format_error(f"a dtype code in {sorted(MANIFEST_DTYPES)} for {fqn!r}", dtype)
+        if device not in MANIFEST_DEVICES:
+            raise _format_error(f"a device code 0 or 1 for {fqn!r}", device)
+        sizes = reader.unpack(f"<{ndim}q", f"the sizes of {fqn!r}")
+        strides = reader.unpack(f"<{ndim}q", f"the strides of {fqn!r}")
+        if offset < 0 or min(sizes + strides, default=0) < 0 or not fqn or not storage_key:
+            raise _format_error(f"non-negative metadata for {fqn!r}", f"{sizes}, {strides}")
+        entries.append(
+            WeightEntry(
+                fqn,
+                storage_key,
+                nbytes,
+                MANIFEST_DTYPES[dtype],
+                MANIFEST_DEVICES[device],
+                offset,
+                sizes,
+                strides,
+            )
+        )
+    if reader.at != len(data):
+        raise _format_error("the end of the manifest", f"{len(data) - reader.at} more bytes")
+    return Manifest(so_blob_key, tuple(entries))
+
+
+def ptd_named_data(data: bytes) -> dict[str, bytes]:
+    """The named-data blobs of one .ptd file's contents, by key."""
+    from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
+
+    payload = FlatTensorSerializer().deserialize(data)
+    return {key: bytes(payload.buffers[e.buffer_index]) for key, e in payload.named_data.items()}
+
+
+def named_data(buffer: bytes, data_files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Every named-data blob of a program, by key: the .pte's own and each .ptd's."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    found: dict[str, bytes] = {}
+    stored = deserialize_pte_binary(buffer).named_data
+    if stored is not None:
+        for key, entry in stored.pte_data.items():
+            found[key] = bytes(stored.buffers[entry.buffer_index])
+    for data in data_files.values():
+        found.update(ptd_named_data(data))
+    return found
+
+
+def cuda_manifests(buffer: bytes) -> list[Manifest]:
+    """The manifest of every CudaBackend delegate in a .pte, in delegate order."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(buffer).program
+    return [
+        parse_manifest(program.backend_delegate_data[delegate.processed.index].data)
+        for plan in program.execution_plan
+        for delegate in plan.delegates
+        if delegate.id == CUDA_BACKEND_ID
+    ]
+
+
+def missing_weights(manifest: Manifest, data: Mapping[str, bytes]) -> list[str]:
+    """What of a delegate's .so and weights is not in ``data`` with the size it should have."""
+    problems = [] if manifest.so_blob_key in data else [f"{manifest.so_blob_key}: no .so"]
+    for entry in manifest.entries:
+        if entry.storage_key not in data:
+            problems.append(f"{entry.storage_key}: not in the named data")
+        elif len(data[entry.storage_key]) != entry.storage_nbytes:
+            problems.append(
+                f"{entry.storage_key}: {len(data[entry.storage_key])} bytes, manifest says "
+                f"{entry.storage_nbytes}"
+            )
+    return problems
+
+
+def weights_check(buffer: bytes, data_files: Mapping[str, bytes]) -> list[list[str]]:
+    """Per CudaBackend delegate of a .pte: which of its .so and weights are missing or the
+    wrong size in the .pte and ``data_files`` (the .ptd contents). Empty lists: all there."""
+    data = named_data(buffer, data_files)
+    return [missing_weights(manifest, data) for manifest in cuda_manifests(buffer)]
+
+
+@functools.cache
+def host_unavailable_reason() -> str | None:
+    """None when a compiled CUDA delegate can run here; otherwise why not, in words."""
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} here is not a CUDA build"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible"
+    if not hasattr(torch._C._aoti, "AOTIModelContainerRunnerCuda"):
+        return f"torch {torch.__version__} has no AOTIModelContainerRunnerCuda"
+    # The .so does not link libtorch: its aoti_torch_* symbols must be global before dlopen.
+    library_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for name in _TORCH_LIBS:
+        try:
+            ctypes.CDLL(os.path.join(library_dir, name), mode=ctypes.RTLD_GLOBAL)
+        except OSError as error:
+            return f"cannot load {name} globally from {library_dir}: {error}"
+    return None
+
+
+def weight_tensor(entry: WeightEntry, raw: bytes) -> torch.Tensor:
+    """The constant ``entry`` describes, viewed out of its storage bytes, on its device."""
+    storage = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(entry.dtype)
+    view = torch.as_strided(storage, entry.sizes, entry.strides, entry.storage_offset)
+    return view.to(entry.device) if entry.device != "cpu" else view
+
+
+class CompiledCudaDelegate(torch.nn.Module):
+    """One CudaBackend delegate: its .so on the GPU with its weights bound from the .ptd.
+
+    Inputs go to the GPU; outputs come back to ``host`` (the device the rest runs on).
+    """
+
+    def __init__(
+        self, manifest: Manifest, data: Mapping[str, bytes], host: str, single_output: bool
+    ) -> None:
+        super().__init__()
+        problems = missing_weights(manifest, data)
+        if problems:
+            raise ComposerError(
+                "a CudaBackend delegate's data is incomplete: "
+                + "; ".join(problems[:5])
+                + ". Pass the .ptd files written beside the .pte (Composition.data_files)."
+            )
+        self.host, self.single_output = host, single_output
+        self._directory = tempfile.TemporaryDirectory(prefix="composer_aoti_")
+        so_path = os.path.join(self._directory.name, f"{manifest.so_blob_key[:16]}.so")
+        with open(so_path, "wb") as out:
+            out.write(data[manifest.so_blob_key])
+        self.runner = torch._C._aoti.AOTIModelContainerRunnerCuda(so_path, 1, "cuda")
+        by_fqn = {entry.fqn: entry for entry in manifest.entries}
+        constants, unbound = {}, []
+        for name, fqn in self.runner.get_constant_names_to_original_fqns().items():
+            entry = by_fqn.get(fqn) or by_fqn.get(name)
+            if entry is None:
+                unbound.append(f"{name} ({fqn})")
+            else:
+                constants[name] = weight_tensor(entry, data[entry.storage_key])
+        if unbound:
+            raise ComposerError(
+                f"the compiled .so {manifest.so_blob_key[:16]} wants constants its manifest "
+                f"does not list: {', '.join(unbound[:5])}."
+            )
+        if constants:
+            self.runner.update_constant_buffer(constants, False, True)
+
+    def forward(self, *inputs: torch.Tensor):
+        outputs = self.runner.run([t.to("cuda") for t in inputs])
+        outputs = tuple(t.to(self.host) for t in outputs)
+        return outputs[0] if self.single_output else outputs
+
+
+class RuntimeDelegate(torch.nn.Module):
+    """One delegate of a backend an ExecuTorch runtime here has, run there as a program of its
+    own (``LoweredBackendModule.buffer()``): its backend's compiled code, not its subgraph in
+    Python. Inputs go to the CPU; outputs come back to ``host``.
+
+    The pip runtime runs it under the torch it is built for (``runtime.BUILT_FOR_TORCH``);
+    under another, the torch-free runtime (:mod:`composer.run.torch_free_runtime`) where
+    installed. ``runtime`` names the one that runs it. Raises ComposerError saying why where
+    neither can.
+    """
+
+    def __init__(self, lowered, host: str, single_output: bool) -> None:
+        super().__init__()
+        self.host, self.single_output = host, single_output
+        # The loaded program must outlive its method: _program keeps it.
+        self._program, self._execute, self.runtime = _delegate_method(lowered)
+
+    def forward(self, *inputs: torch.Tensor):
+        outputs = self._execute([t.cpu() for t in inputs])
+        outputs = tuple(t if self.host == "cpu" else t.to(self.host) for t in outputs)
+        return outputs[0] if self.single_output else outputs
+
+
+def _delegate_method(lowered):
+    """One delegate's program loaded here, its execute function and the runtime's name; or
+    ComposerError saying why it cannot be."""
+
+    backend = lowered.backend_id
+    mismatch = torch_mismatch()
+    if mismatch is None:
+        if backend not in registered_backends():
+            raise ComposerError(f"the pip runtime has no {backend}")
+        program = LoadedProgram(lowered.buffer())
+        return program, program.method.execute, "executorch"
+    if backend in torch_free_runtime.backends():
+        method = torch_free_runtime.TorchFreeMethod(lowered.buffer())
+        name = f"{torch_free_runtime.DISTRIBUTION} (ExecuTorch {torch_free_runtime.version()})"
+        return method, method.execute, name
+    raise ComposerError(
+        f"{mismatch}, and {torch_free_runtime.DISTRIBUTION}, which links no torch, "
+        + ("has no " + backend if torch_free_runtime.backends() else "is not installed")
+        + " (pip install it; it needs Python 3.12)"
+    )
+
+
+def _is_delegate_call(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and "executorch_call_delegate" in str(node.target)
+
+
+def retarget_factories(graph_module: torch.fx.GraphModule, device: str) -> None:
+    """Make the factory calls (arange, full...) that export recorded with device=cpu run on
+    ``device``, so a program moved there does not mix devices."""
+    for node in graph_module.graph.nodes:
+        if isinstance(node.kwargs.get("device"), torch.device):
+            node.kwargs = {**node.kwargs, "device": torch.device(device)}
+    graph_module.recompile()
+
+
+def _move_program(program, device: str) -> None:
+    # LoweredBackendModule.__deepcopy__ shares state_dict and constants with the module it
+    # copies (and ExportedProgram's setters refuse): give the copy its own dicts.
+    state = {}
+    for name, value in program.state_dict.items():
+        moved = value.to(device)
+        if isinstance(value, torch.nn.Parameter):
+            moved = torch.nn.Parameter(moved, requires_grad=False)
+        state[name] = moved
+    program._state_dict = state
+    program._constants = {
+        name: value.to(device) if isinstance(value, torch.Tensor) else value
+        for name, value in program.constants.items()
+    }
+
+
+def reference_on(composition: Hostable, device: str) -> torch.fx.GraphModule:
+    """The Python reference with every tensor, delegate subgraph and factory op on ``device``."""
+    module = copy.deepcopy(composition.reference)
+    retarget_factories(module, device)
+    for child in module.modules():
+        original = getattr(child, "original_module", None)
+        if original is not None and hasattr(original, "state_dict"):
+            _move_program(original, device)
+            retarget_factories(original.graph_module, device)
+    return module.to(device)
+
+
+def aoti_hosted(composition: Hostable, host: str = "cpu") -> torch.fx.GraphModule:
+    """The composed program with each CudaBackend delegate run as its compiled .so.
+
+    A delegate of a backend an ExecuTorch runtime here has runs there
+    (:class:`RuntimeDelegate`); any other runs the subgraph it was made from, as in the
+    Python reference. The rest of the program runs on ``host``: "cpu" (as the .pte does,
+    with copies to and from the GPU around each CUDA delegate; inputs and outputs on the
+    CPU) or "cuda" (all on the GPU; inputs and outputs there). Raises ComposerError where
+    host_unavailable_reason() says why the GPU part cannot run; a program without CUDA
+    delegates runs on a CPU host anywhere.
+    """
+
+    if host not in ("cpu", "cuda"):
+        raise ComposerError(f"host must be 'cpu' or 'cuda', not {host!r}.")
+    reason = host_unavailable_reason()
+    if reason is not None and (
+        host == "cuda" or CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
+    ):
+        raise ComposerError(f"cannot run the compiled CUDA delegates here: {reason}.")
+    module = (
+        reference_on(composition, "cuda")
+        if host == "cuda"
+        else copy.deepcopy(composition.reference)
+    )
+    module.meta["in_python"] = []  # (delegate, why) for those that ran as subgraphs
+    module.meta["in_runtime"] = []  # (delegate, the runtime that ran its compiled code)
+    data = named_data(composition.buffer, composition.data_files)
+    graph = module.graph
+    for node in list(graph.nodes):
+        if not _is_delegate_call(node):
+            continue
+        lowered_node = node.args[0]
+        lowered = getattr(module, lowered_node.target)
+        single = any(user.target is not operator.getitem for user in node.users)
+        if lowered.backend_id == CUDA_BACKEND_ID:
+            manifest = parse_manifest(lowered.processed_bytes)
+            name = f"{lowered_node.target}_compiled"
+            replacement = CompiledCudaDelegate(manifest, data, host, single)
+        else:
+            try:
+                # From the reference's own module: reference_on moved this one's program to
+                # the GPU, and its buffer() would serialize that.
+                source = getattr(composition.reference, lowered_node.target, lowered)
+                replacement = RuntimeDelegate(source, host, single)
+                name = f"{lowered_node.target}_in_runtime"
+                module.meta["in_runtime"].append((lowered_node.target, replacement.runtime))
+            except ComposerError as error:
+                # Said, not hidden: its time would be Python's.
+                module.meta["in_python"].append((lowered_node.target, str(error).splitlines()[0]))
+                # What executorch_call_delegate runs in Python, unlifted once, not per call.
+                name = f"{lowered_node.target}_subgraph"
+                replacement = lowered.original_module.module()
+        module.add_submodule(name, replacement)
+        with graph.inserting_before(node):
+            call = graph.call_module(name, tuple(node.args[1:]))
+        call.meta = dict(node.meta)
+        call.meta["lowered_module"] = (
+            lowered_node.target
+        )  # what composer.measure.hosted_trace times
+        node.replace_all_uses_with(call)
+        graph.erase_node(node)
+        if not lowered_node.users:
+            graph.erase_node(lowered_node)
+            delattr(module, lowered_node.target)
+    module.recompile()
+    return module
+
+
+class HostedProgram:
+    """A composed program with CUDA delegates, run through :func:`aoti_hosted` on a CPU host,
+    with the calls :class:`composer.run.runtime.LoadedProgram` offers: ``run`` and
+    ``timed_call``. Its outputs come back to the CPU, so a timed call includes the GPU's
+    work."""
+
+    def __init__(self, composition: Hostable) -> None:
+        self.composition = composition
+        self.module = aoti_hosted(composition)
+        # Delegates that ran as their subgraphs in Python: timing them says little.
+        self.in_python: list[tuple[str, str]] = self.module.meta["in_python"]
+
+    def run(self, inputs) -> list:
+        with torch.no_grad():
+            return flatten_tensors(self.module(*inputs))
+
+    def timed_call(self, inputs):
+        module, arguments = self.module, tuple(inputs)
+
+        def call():
+            with torch.no_grad():
+                return module(*arguments)
+
+        return call
+
+
+def program_runner(composition: Hostable, hosted: bool):
+    """What runs ``composition`` here for timing: the ExecuTorch runtime (a ``LoadedProgram``),
+    or, with ``hosted`` (a stack with CUDA in it, on a GPU), a :class:`HostedProgram`, so that
+    every candidate of one comparison runs the same way. Raises ComposerError saying why it
+    cannot run here."""
+
+    if hosted:
+        program = HostedProgram(composition)
+        if program.in_python:
+            delegate, why = program.in_python[0]
+            raise ComposerError(
+                f"{len(program.in_python)} delegate(s) would run as Python subgraphs, which "
+                f"says nothing of their backend's speed ({delegate}: {why})"
+            )
+        return program
+    runnable, why = runtime_can_run(composition.buffer)
+    if not runnable:
+        raise ComposerError(why)
+    return LoadedProgram(composition.buffer)

@@ -1,0 +1,92 @@
+"""A composed program: its bytes and data files, its plan, the eager model it must match, and
+``verify()``; lowered again on first use where it came from the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import torch
+
+from composer.contract.errors import ComposerError
+from composer.lower.atomic import write_all
+from composer.planning.plans import Plan
+from composer.run.runtime import program_backend_ids, runtime_can_run
+from composer.run.verification import Verification, verify
+
+if TYPE_CHECKING:
+    from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
+
+    from composer.lower.lowering import Lowered
+
+
+@attrs.define
+class Composition:
+    """A composed ExecuTorch program: its bytes, its plan, and a way to check it.
+
+    From the cache (``from_cache``) it holds the bytes and the plan only; ``program``, ``edge``
+    and ``reference`` are lowered again (lowered partitions reused) when first asked for.
+    """
+
+    buffer: bytes
+    data_files: dict[str, bytes]  # external tensor data (.ptd), e.g. CUDA weights
+    plan: Plan
+    eager: torch.nn.Module
+    example_inputs: tuple
+    from_cache: bool = False
+    _lowered: Lowered | None = attrs.field(default=None, alias="lowered", repr=False)
+    _lower: Callable[[], Lowered] | None = attrs.field(default=None, alias="lower", repr=False)
+
+    def _lowering(self) -> Lowered:
+        if self._lowered is None:
+            assert self._lower is not None, "a Composition needs its lowering or a way to redo it"
+            lowered = self._lower()
+            if (lowered.buffer, lowered.data_files) != (self.buffer, self.data_files):
+                raise ComposerError(
+                    "this program came from composer's cache, and lowering it again for its "
+                    "edge program made different bytes (its lowered partitions have left the "
+                    "cache). Compose again with cache=False (--no-cache)."
+                )
+            self._lowered = lowered
+        return self._lowered
+
+    @property
+    def program(self) -> ExecutorchProgramManager:
+        return self._lowering().program
+
+    @property
+    def edge(self) -> EdgeProgramManager:
+        """The lowered edge program, after to_executorch converted it."""
+        return self._lowering().edge
+
+    @property
+    def reference(self) -> torch.nn.Module:
+        """The lowered program as Python: delegates run their subgraphs."""
+        return self._lowering().reference
+
+    def save(self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None) -> Path:
+        """Write the .pte, any .ptd data files beside it, and ``extra`` files, all or none."""
+        target = Path(path)
+        files = {target: self.buffer}
+        for name, data in self.data_files.items():
+            files[target.parent / (name if name.endswith(".ptd") else f"{name}.ptd")] = data
+        files.update(extra or {})
+        write_all(files)
+        return target
+
+    def runtime_can_run(self) -> tuple[bool, str]:
+        """Whether the ExecuTorch runtime here can run this program: built for this torch,
+        with every delegate's backend registered."""
+        return runtime_can_run(self.buffer)
+
+    def delegate_backend_ids(self) -> set[str]:
+        """The ExecuTorch backend ids of this program's delegates."""
+        return program_backend_ids(self.buffer)
+
+    def verify(self, inputs: Sequence[Any] | None = None) -> Verification:
+        """Run the composed program and compare with eager (see :mod:`composer.run.verification`)."""
+        return verify(self, inputs)

@@ -1,0 +1,189 @@
+"""The proof that a composed program runs: before anything is written, the program is run once
+on its example inputs, in a runtime here that has every delegate's backend, and compared with
+eager. Where it fails to run or to match, the delegate that failed is found by running the
+delegates one by one: each as a program of its own in the runtime (a CUDA delegate as its
+compiled ``.so``), on the inputs the Python reference computed for it, against the subgraph it
+was made from. A runtime's "error 0x1 at instruction 3" then becomes a backend, a partition and
+its nodes, which the pipeline hands to the next backend.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import attrs
+import torch
+import torch.fx
+
+from composer.contract.errors import ComposerError, first_line
+from composer.planning.plans import Plan, partition_of
+from composer.run import aoti_host
+from composer.run.compare import compare
+from composer.run.runtime import program_backend_ids, runtime_can_run
+from composer.run.verification import Verification, verify
+
+HOW = "running the delegates one by one against their subgraphs"
+
+
+class Provable(Protocol):
+    """What the proof needs of a composed program (a :class:`composer.run.composition.Composition`)."""
+
+    buffer: bytes
+    data_files: Mapping[str, bytes]
+    plan: Plan
+    eager: torch.nn.Module
+    example_inputs: tuple
+
+    @property
+    def reference(self) -> torch.nn.Module: ...
+
+
+@attrs.frozen
+class Culprit:
+    """The partition whose delegate failed, and how."""
+
+    backend: str
+    partition: str
+    nodes: tuple[str, ...]
+    why: str  # "failed at run time: ...", "does not match eager: ...", "failed to lower: ..."
+
+    def describe(self) -> str:
+        return f"{self.partition} {self.why}"
+
+
+class ProgramFailed(ComposerError):
+    """The composed program failed to run or to match eager; ``culprit`` is the partition whose
+    delegate failed (``None`` where running the delegates one by one found none)."""
+
+    def __init__(self, message: str, culprit: Culprit | None) -> None:
+        super().__init__(message)
+        self.culprit = culprit
+
+
+@attrs.frozen
+class Proof:
+    """How the proof went: the verification where the program ran here, else why it did not."""
+
+    verification: Verification | None
+    reason: str
+    seconds: float
+
+    @property
+    def ran(self) -> bool:
+        return self.verification is not None
+
+    def describe(self) -> str:
+        if self.verification is None:
+            return f"not run here: {self.reason}"
+        return f"ran and matched eager in {self.seconds:.2f} s ({self.verification.executor})"
+
+
+def can_prove(program: bytes) -> tuple[bool, str]:
+    """Whether a runtime here executes every delegate of ``program`` (the pip runtime; with
+    CUDA delegates on a GPU, the libtorch host), and why not."""
+    runnable, why = runtime_can_run(program)
+    if runnable:
+        return True, why
+    if aoti_host.CUDA_BACKEND_ID in program_backend_ids(program):
+        unavailable = aoti_host.host_unavailable_reason()
+        if unavailable is None:
+            return True, "CUDA delegates run as their compiled .so (libtorch host)"
+        return False, f"{why}; {unavailable}"
+    return False, why
+
+
+def prove(composition: Provable) -> Proof:
+    """Run ``composition`` once on its example inputs and compare with eager. Raises
+    :class:`ProgramFailed` naming the partition whose delegate failed."""
+    started = time.perf_counter()
+    provable, why = can_prove(composition.buffer)
+    if not provable:
+        return Proof(None, why, 0.0)
+    try:
+        verification = verify(composition)
+    except (ComposerError, RuntimeError) as error:
+        failure = f"failed at run time: {first_line(error)}"
+    else:
+        if verification.ok:
+            return Proof(verification, why, time.perf_counter() - started)
+        failure = f"does not match eager: max |composed - eager| = {verification.max_abs_error:.3g}"
+    culprit = localize(composition)
+    where = f"; {culprit.partition} ({culprit.backend}) {culprit.why}" if culprit else ""
+    raise ProgramFailed(f"the composed program {failure}{where} (found by {HOW})", culprit)
+
+
+def localize(composition: Provable) -> Culprit | None:
+    """The first delegate, in the order the program runs them, that fails to load, to run, or
+    to match its own subgraph on the inputs the Python reference gives it."""
+    plan = composition.plan
+    reference = copy.deepcopy(composition.reference)
+    inputs = tuple(composition.example_inputs)
+
+    def culprit(lowered_name: str, why: str) -> Culprit | None:
+        lowered = getattr(reference, lowered_name)
+        inside = {n.name for n in lowered.original_module.graph.nodes}
+        partition = partition_of(plan, inside)
+        if partition is None:
+            return None
+        nodes = next(p.nodes for p in plan.partitions if p.id == partition)
+        backend = next(p.backend for p in plan.partitions if p.id == partition)
+        return Culprit(backend, partition, tuple(nodes), why)
+
+    has_cuda = aoti_host.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
+    data = aoti_host.named_data(composition.buffer, composition.data_files) if has_cuda else {}
+    finder = _DelegateChecker(reference, plan, data)
+    with torch.no_grad():
+        try:
+            finder.run(*inputs)
+        except _Found as found:
+            return culprit(found.lowered_name, found.why)
+    return None
+
+
+class _Found(Exception):
+    """The delegate found: control flow out of the interpreter, caught by localize."""
+
+    def __init__(self, lowered_name: str, why: str) -> None:
+        self.lowered_name, self.why = lowered_name, why
+
+
+class _DelegateChecker(torch.fx.Interpreter):
+    """Runs the Python reference; at each delegate call, runs the delegate's compiled code on
+    the same inputs and compares; the first that fails stops the run (``_Found``)."""
+
+    def __init__(self, module: torch.fx.GraphModule, plan: Plan, data: Mapping[str, bytes]) -> None:
+        super().__init__(module)
+        self.tolerance = plan.tolerance()
+        self.data = data  # the program's named data (a CUDA delegate's .so and weights)
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        expected = super().call_function(target, args, kwargs)
+        if getattr(target, "__name__", "") != "executorch_call_delegate":
+            return expected
+        lowered, *operands = args
+        name = next(
+            n.target
+            for n in self.module.graph.nodes
+            if n.op == "get_attr" and getattr(self.module, n.target) is lowered
+        )
+        single = isinstance(expected, torch.Tensor)
+        try:
+            if lowered.backend_id == aoti_host.CUDA_BACKEND_ID:
+                delegate = aoti_host.CompiledCudaDelegate(
+                    aoti_host.parse_manifest(lowered.processed_bytes), self.data, "cpu", single
+                )
+            else:
+                delegate = aoti_host.RuntimeDelegate(lowered, "cpu", single)
+        except ComposerError as error:
+            raise _Found(name, f"failed to load: {first_line(error)}") from error
+        try:
+            got = delegate(*operands)
+        except (ComposerError, RuntimeError) as error:
+            raise _Found(name, f"failed at run time: {first_line(error)}") from error
+        ok, worst = compare(got, expected, self.tolerance)
+        if not ok:
+            raise _Found(name, f"does not match its subgraph: max error {worst:.3g}")
+        return expected

@@ -1,0 +1,261 @@
+"""Running a .pte in ExecuTorch's Python runtime, with errors a user can act on."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from composer.contract.backend_spec import Tolerance
+from composer.contract.errors import ComposerError
+from composer.registry.discovery import default_registry
+from composer.run.loads import note_loaded
+
+# ExecuTorch's ScalarType codes, as MethodMeta reports an input's dtype.
+_SCALAR_TYPES = {
+    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
+    5: torch.float16, 6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
+}  # fmt: skip
+LIBRARY_SPEC_KEY = "composer.library"
+CUDA_HINT = (
+    " CudaBackend delegates need ExecuTorch's C++ CUDA runtime, which the pip wheel lacks; on "
+    "a machine with a CUDA GPU, `composer lower MODEL --backends ... --verify` runs their "
+    "compiled .so hosted by libtorch."
+)
+
+
+class NativeLog:
+    """Captures what C++ code writes to file descriptor 2 while the block runs.
+
+    The runtime logs CPU probing and backend loading on every load, and the reason for a
+    failure only there: kept out of a user's terminal, and put into the error message instead.
+    ``COMPOSER_NATIVE_LOG=1`` lets it through.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[NativeLog]:
+        if os.environ.get("COMPOSER_NATIVE_LOG") == "1":
+            yield self
+            return
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield self
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                sink.seek(0)
+                self.text = sink.read().decode(errors="replace")
+
+    def reasons(self) -> str:
+        """The log lines that say what went wrong (errors and warnings), one line."""
+        lines = [line.strip() for line in self.text.splitlines() if line.strip()]
+        wanted = [ln for ln in lines if "cpuinfo" not in ln and "loaded successfully" not in ln]
+        return " | ".join(wanted[-3:])
+
+
+# The torch ExecuTorch 1.5.1's pip runtime is built against and links (libtorch_cpu).
+BUILT_FOR_TORCH = "2.13."
+
+
+def torch_mismatch() -> str | None:
+    """Why the pip runtime is not used with this torch, or None where it is the one it is
+    built for. (Under torch 2.11 on the GPU machine its XNNPACK delegates failed to load.)"""
+    if torch.__version__.startswith(BUILT_FOR_TORCH):
+        return None
+    return f"the pip runtime is built for torch {BUILT_FOR_TORCH}x, not {torch.__version__}"
+
+
+def registered_backends() -> set[str]:
+    from executorch.runtime import Runtime
+
+    with NativeLog().capture():
+        return set(Runtime.get().backend_registry.registered_backend_names)
+
+
+def program_libraries(program: bytes) -> dict[str, str]:
+    """The library each delegate's backend was compiled with, as composer recorded it."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    found: dict[str, str] = {}
+    for plan in deserialize_pte_binary(program).program.execution_plan:
+        for delegate in plan.delegates:
+            for spec in delegate.compile_specs:
+                if spec.key == LIBRARY_SPEC_KEY:
+                    found[delegate.id] = bytes(spec.value).decode()
+    return found
+
+
+def installed_libraries() -> dict[str, str]:
+    """The library each installed backend compiles with here, by ExecuTorch backend id."""
+
+    return {
+        backend.spec.backend_id: backend.spec.library
+        for backend in default_registry().backends.values()
+        if backend.spec.library
+    }
+
+
+def library_mismatches(program: bytes) -> list[str]:
+    """ "lowered with openvino X, this runtime has openvino Y" for each backend that differs."""
+    here = installed_libraries()
+    lines = []
+    for backend_id, lowered in sorted(program_libraries(program).items()):
+        name = lowered.split()[0]
+        current = here.get(backend_id, f"no {name}")
+        if current != lowered:
+            lines.append(
+                f"{backend_id} delegates were lowered with {lowered}, this runtime has {current}"
+            )
+    return lines
+
+
+class LoadedProgram:
+    """A program and one method loaded in the runtime; keeps the bytes alive while it lives."""
+
+    def __init__(self, program: bytes, method: str = "forward", *, etdump: bool = False) -> None:
+        from executorch.runtime import Runtime
+
+        note_loaded()
+        self.buffer = program
+        self.method_name = method
+        log = NativeLog()
+        try:
+            with log.capture():
+                runtime = Runtime.get()
+                # No debug buffer: with one, ETDump also stores every intermediate tensor and
+                # aborts the process once it is full (14 calls of transformer_block at 1 MiB).
+                self.program = runtime.load_program(
+                    program, enable_etdump=etdump, debug_buffer_size=0
+                )
+        except Exception as error:
+            raise ComposerError(
+                f"the ExecuTorch runtime cannot load this program: {error}" + _because(log)
+            ) from error
+        try:
+            with log.capture():
+                self.method = self.program.load_method(method)
+        except Exception as error:
+            mismatches = library_mismatches(program)
+            if mismatches:
+                raise ComposerError(
+                    f"cannot load method {method!r}: {'; '.join(mismatches)}. A compiled blob "
+                    "only loads under the version that compiled it: lower the model again here, "
+                    "or install the version it was lowered with."
+                ) from error
+            lacking = sorted(program_backend_ids(program) - registered_backends())
+            hint = CUDA_HINT if "CudaBackend" in lacking else ""
+            raise ComposerError(
+                f"the ExecuTorch runtime cannot load method {method!r}: {error}{_because(log)}. "
+                + (f"It has no {', '.join(lacking)}; " if lacking else "")
+                + f"it has: {', '.join(sorted(registered_backends()))}.{hint}"
+            ) from error
+
+    def check_inputs(self, inputs: Sequence[object]) -> None:
+        """Raise a ComposerError naming the first input that does not fit the method."""
+        meta = self.method.metadata
+        if len(inputs) != meta.num_inputs():
+            raise ComposerError(
+                f"method {self.method_name!r} takes {meta.num_inputs()} input(s), got "
+                f"{len(inputs)}: {_describe(meta)}."
+            )
+        for index, value in enumerate(inputs):
+            info = meta.input_tensor_meta(index)
+            want_shape = tuple(info.sizes())
+            want_dtype = _SCALAR_TYPES.get(info.dtype())
+            if not isinstance(value, torch.Tensor):
+                raise ComposerError(
+                    f"input {index} must be a tensor of shape {list(want_shape)}, got "
+                    f"{type(value).__name__}."
+                )
+            if tuple(value.shape) != want_shape or (want_dtype and value.dtype != want_dtype):
+                raise ComposerError(
+                    f"input {index} has shape {list(value.shape)} "
+                    f"{str(value.dtype).removeprefix('torch.')}; the program was exported for "
+                    f"{_describe(meta)}."
+                )
+
+    def timed_call(self, inputs: Sequence[object]):
+        """A call of the method on ``inputs`` as cheap as the runtime allows, for timing.
+
+        It skips the log capture of :meth:`run` (a file and two descriptor swaps cost more
+        than a small program's whole run); check the inputs with :meth:`run` first.
+        """
+        execute, arguments = self.method.execute, list(inputs)
+        return lambda: execute(arguments)
+
+    def run(self, inputs: Sequence[object]) -> list:
+        """Execute the method once; failures become a ComposerError with the runtime's reason."""
+        log = NativeLog()
+        try:
+            with log.capture():
+                return list(self.method.execute(list(inputs)))
+        except Exception as error:
+            raise ComposerError(
+                f"running {self.method_name!r} failed: {error}{_because(log)}"
+            ) from error
+
+
+def _describe(meta) -> str:
+    parts = []
+    for index in range(meta.num_inputs()):
+        info = meta.input_tensor_meta(index)
+        dtype = _SCALAR_TYPES.get(info.dtype())
+        name = str(dtype).removeprefix("torch.") if dtype else f"dtype {info.dtype()}"
+        parts.append(f"{list(info.sizes())} {name}")
+    return ", ".join(parts) or "no inputs"
+
+
+def _because(log: NativeLog) -> str:
+    reasons = log.reasons()
+    return f" (runtime log: {reasons})" if reasons else ""
+
+
+def run_program(program: bytes, inputs: Sequence[torch.Tensor], method: str = "forward") -> list:
+    """Load ``program`` and run ``method`` on ``inputs``; failures become ComposerError."""
+    loaded = LoadedProgram(program, method)
+    loaded.check_inputs(inputs)
+    return loaded.run(inputs)
+
+
+def installed_tolerance(program: bytes):
+    """The loosest tolerance that the installed backends of ``program``'s delegates declare."""
+
+    used = program_backend_ids(program)
+    return Tolerance.loosest({
+        name: b.spec.tolerance
+        for name, b in default_registry().backends.items()
+        if b.spec.backend_id in used and b.spec.tolerance is not None
+    })  # fmt: skip
+
+
+def program_backend_ids(program: bytes) -> set[str]:
+    """The ExecuTorch backend ids of ``program``'s delegates."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    return {
+        delegate.id
+        for plan in deserialize_pte_binary(program).program.execution_plan
+        for delegate in plan.delegates
+    }
+
+
+def runtime_can_run(program: bytes) -> tuple[bool, str]:
+    """Whether the ExecuTorch runtime here can run ``program``: built for this torch, with
+    every delegate's backend registered."""
+    mismatch = torch_mismatch()
+    if mismatch is not None:
+        return False, mismatch
+    missing = sorted(program_backend_ids(program) - registered_backends())
+    if missing:
+        return False, f"the runtime has no {', '.join(missing)}"
+    return True, "every delegate's backend is registered in the runtime"

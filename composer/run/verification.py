@@ -1,0 +1,101 @@
+"""Checking a composed program against eager: which executor runs it, and the tolerance.
+
+Executors, best first: the ExecuTorch runtime, when it has every delegate's backend (XNNPACK,
+OpenVINO and portable kernels in the pip wheel); on a CUDA GPU, each ``CudaBackend``
+delegate's compiled AOTInductor ``.so`` hosted by libtorch with the rest as the Python
+reference; otherwise the Python reference alone, where each delegate runs the subgraph it
+was made from (that checks the wiring, not the backend's code).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+import torch
+
+from composer.contract.backend_spec import Tolerance
+from composer.planning.plans import Plan
+from composer.run import aoti_host
+from composer.run.compare import compare
+from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
+
+
+class Checkable(Protocol):
+    """What verify needs of a composed program (a :class:`composer.run.composition.Composition`)."""
+
+    buffer: bytes
+    data_files: Mapping[str, bytes]
+    plan: Plan
+    eager: torch.nn.Module
+    example_inputs: tuple
+
+    @property
+    def reference(self) -> torch.nn.Module: ...
+
+
+RUNTIME = "executorch runtime"
+REFERENCE = "python reference"
+
+
+@attrs.frozen
+class Verification:
+    """How the composed program compared with eager, and which executor ran it."""
+
+    executor: str  # RUNTIME, REFERENCE or aoti_host.EXECUTOR
+    max_abs_error: float
+    ok: bool
+    reason: str  # why this executor was chosen
+    tolerance: Tolerance | None = None  # a backend's, when looser than the dtype's default
+
+    def __str__(self) -> str:
+        verdict = "OK" if self.ok else "MISMATCH"
+        within = ""
+        if self.tolerance is not None:
+            within = f", within atol {self.tolerance.atol:g} rtol {self.tolerance.rtol:g}"
+            within += f" ({self.tolerance.reason})" if self.tolerance.reason else ""
+        return (
+            f"{verdict}: max |composed - eager| = {self.max_abs_error:.3g}{within} "
+            f"({self.executor}; {self.reason})"
+        )
+
+
+def verify(composition: Checkable, inputs: Sequence[Any] | None = None) -> Verification:
+    """Run ``composition`` with the best executor here and compare it with eager."""
+    inputs = tuple(composition.example_inputs if inputs is None else inputs)
+    with torch.no_grad():
+        # Copies, so that models updating buffers in place start from the same state as
+        # the freshly loaded program, however often verify is called.
+        expected = copy.deepcopy(composition.eager)(*inputs)
+        executor, reason, run = _executor(composition)
+        actual = run(inputs)
+    tolerance = composition.plan.tolerance()
+    ok, worst = compare(actual, expected, tolerance)
+    return Verification(executor, worst, ok, reason, tolerance)
+
+
+def _executor(composition: Checkable):
+    """(executor name, why it was chosen, a function running the program on inputs)."""
+    can_run, reason = runtime_can_run(composition.buffer)
+    if can_run:
+        return RUNTIME, reason, lambda inputs: run_program(composition.buffer, inputs)
+    has_cuda = aoti_host.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
+    if has_cuda or torch_mismatch():
+        unavailable = aoti_host.host_unavailable_reason() if has_cuda else None
+        if unavailable is None:
+            why = (f"{reason}: CudaBackend delegates ran as their compiled .so, those of "
+                   "backends the runtime has as programs of their own there, any other as "
+                   "its subgraph")  # fmt: skip
+            # A fresh module per verify: it holds the loaded .so and its own buffer state.
+            module = aoti_host.aoti_hosted(composition)
+            elsewhere = sorted({name for _, name in module.meta["in_runtime"]} - {"executorch"})
+            if elsewhere:
+                why += f" (in {', '.join(elsewhere)})"
+            in_python = module.meta["in_python"]
+            if in_python:
+                why += f" ({len(in_python)} ran as subgraphs: {in_python[0][1]})"
+            return aoti_host.EXECUTOR, why, lambda inputs: module(*inputs)
+        reason = f"{reason}, and the CUDA delegates' .so cannot run here: {unavailable}"
+    return REFERENCE, reason, lambda inputs: copy.deepcopy(composition.reference)(*inputs)
