@@ -107,8 +107,9 @@ def _lower(args: argparse.Namespace) -> int:
             print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
     composition = composer.compose(
-        model, stack, inputs, progress=progress, jobs=args.jobs, cache=not args.no_cache
-    )
+        model, stack, inputs, progress=progress, jobs=args.jobs, cache=not args.no_cache,
+        check=not args.no_check,
+    )  # fmt: skip
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
@@ -354,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
     lower.add_argument("-o", "--output", required=True, help="the .pte to write")
     lower.add_argument("--report", help="also write the plan: out.html (a picture) or out.json")
     lower.add_argument("--verify", action="store_true", help="run it and compare with eager")
+    lower.add_argument(
+        "--no-check", action="store_true",
+        help="write the program without running it first (by default it is run once on the "
+        "example inputs against eager where a runtime here has every delegate's backend, and a "
+        "partition that fails is moved to the next backend)",
+    )  # fmt: skip
     lower.add_argument("--quiet", action="store_true", help="no progress lines")
     lower.add_argument(
         "--bench", type=int, nargs="?", const=200, metavar="N",
