@@ -113,14 +113,16 @@ def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, job
     # The class's own lowering, as ExecuTorch would have called it.
     original = cls.preprocess_multimethod.__func__
     whole_call = not per_partition(cls)
-    try:
-        # The class's code, and the compiler library it drives (OpenVINO's version...).
-        code = digest(code_digest([cls]), backend.spec.library)
-    except Unfingerprintable:
-        code = None
+    code = None
+    if store is not None:  # without a cache nothing is digested: digests read every weight
+        try:
+            # The class's code, and the compiler library it drives (OpenVINO's version...).
+            code = digest(code_digest([cls]), backend.spec.library)
+        except Unfingerprintable:
+            code = None
 
     def preprocess_multimethod(klass, edge_programs, compile_specs):
-        if whole_call and (code is None or store is None):
+        if (whole_call or jobs == 1) and (code is None or store is None):
             return original(klass, edge_programs, compile_specs)
         if whole_call:
             key = _key(code, cls, [p for m in edge_programs for p in edge_programs[m]],
