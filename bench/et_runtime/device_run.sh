@@ -20,8 +20,8 @@ exec > >(tee -a "$log") 2>&1
 echo "device_run: $(date -u +%FT%TZ) $(nproc) cores; $(nvidia-smi -L | head -1)"
 
 # What an earlier call left.
-if [ -f "$carry/composer_cache.tar.xz" ]; then
-  mkdir -p "$COMPOSER_CACHE_DIR" && tar -xJf "$carry/composer_cache.tar.xz" -C "$COMPOSER_CACHE_DIR"
+if ls "$carry"/composer_cache.tar.xz.* >/dev/null 2>&1; then
+  mkdir -p "$COMPOSER_CACHE_DIR" && cat "$carry"/composer_cache.tar.xz.* | xz -d | tar -xf - -C "$COMPOSER_CACHE_DIR"
 fi
 if [ -f "$carry/runner.tar.xz" ]; then
   mkdir -p "$ET_ROOT" && tar -xJf "$carry/runner.tar.xz" -C /
@@ -65,7 +65,7 @@ for line in sys.stdin:
 fi
 
 # For the next call.
-[ -d "$COMPOSER_CACHE_DIR" ] && tar -C "$COMPOSER_CACHE_DIR" -cf - . | xz -T0 -1 >"$OUT/composer_cache.tar.xz"
+[ -d "$COMPOSER_CACHE_DIR" ] && tar -C "$COMPOSER_CACHE_DIR" -cf - . | xz -T0 -6 | split -b 15M -d - "$OUT/composer_cache.tar.xz."
 if [ -x "$runner" ]; then
   libs=$(ldd "$runner" | awk '$3 ~ /^\/tmp\/etb/ {print $3}')
   tar -cf - "$runner" $libs 2>/dev/null | xz -T0 -6 >"$OUT/runner.tar.xz"

@@ -136,6 +136,7 @@ def run_case(args, model_name: str, stack: str) -> dict:
     composition = composer.compose(model, stack.split(","), inputs)
     row["compose_s"] = round(time.perf_counter() - start, 2)
     folder = Path(args.out) / f"{model_name}__{stack.replace(',', '_')}"
+    folder.mkdir(parents=True, exist_ok=True)
     pte = composition.save(folder / "program.pte")
     data_files = sorted(str(p) for p in folder.glob("*.ptd"))
     row["pte_bytes"] = len(composition.buffer)
