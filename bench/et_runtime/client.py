@@ -91,26 +91,40 @@ def run_pte_detailed(
     runner: str | os.PathLike,
     pte: str | os.PathLike,
     data_files: Sequence[str | os.PathLike],
-    inputs: Sequence[torch.Tensor],
+    inputs: Sequence[torch.Tensor] | None,
     repeats: int = 20,
     warmup: int = 3,
     threads: int | None = None,
     method: str = "forward",
     timeout: float = 600,
+    steps: Sequence[Sequence[torch.Tensor]] = (),
+    mempool_keep: bool = False,
 ) -> dict:
-    """Run ``method`` of ``pte`` ``warmup + repeats`` times in the runner; return its outputs
-    (CPU tensors), the seconds of each timed call, load times and the runner's stderr."""
+    """Run ``method`` of ``pte`` ``warmup + repeats`` times in the runner (``inputs`` None: not
+    at all); return its outputs (CPU tensors), the seconds of each timed call, load times and
+    the runner's stderr. ``steps``: inputs run once each, in order, before the timed calls, in
+    the same loaded program (state it keeps carries over); their outputs are
+    ``report["step_outputs"]``. ``mempool_keep``: the CUDA memory pool keeps freed memory."""
     with tempfile.TemporaryDirectory(prefix="et_runner_") as directory:
         inputs_path = os.path.join(directory, "inputs.bin")
         outputs_path = os.path.join(directory, "outputs.bin")
-        write_tensors(inputs_path, inputs)
-        command = [os.fspath(runner), "--model", os.fspath(pte), "--inputs", inputs_path,
-                   "--outputs", outputs_path, "--method", method,
+        command = [os.fspath(runner), "--model", os.fspath(pte), "--method", method,
                    "--warmup", str(warmup), "--repeats", str(repeats)]  # fmt: skip
+        if inputs is not None:
+            write_tensors(inputs_path, inputs)
+            command += ["--inputs", inputs_path, "--outputs", outputs_path]
+        step_paths = []
+        for index, step in enumerate(steps):
+            step_paths.append((os.path.join(directory, f"step{index}.in"),
+                               os.path.join(directory, f"step{index}.out")))  # fmt: skip
+            write_tensors(step_paths[-1][0], step)
+            command += ["--step", *step_paths[-1]]
         for data_file in data_files:
             command += ["--data", os.fspath(data_file)]
         if threads:
             command += ["--threads", str(threads)]
+        if mempool_keep:
+            command += ["--mempool-keep"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         report = None
         for line in done.stdout.splitlines():
@@ -119,7 +133,8 @@ def run_pte_detailed(
         if done.returncode != 0 or report is None or not report.get("ok"):
             why = report.get("error") if report else f"exit status {done.returncode}"
             raise RunnerError(f"{why}; stderr ends: {done.stderr[-3000:]}")
-        report["outputs"] = read_tensors(outputs_path)
+        report["outputs"] = read_tensors(outputs_path) if inputs is not None else None
+        report["step_outputs"] = [read_tensors(out) for _, out in step_paths]
     report["seconds"] = report.pop("times_s")
     report["stderr"] = done.stderr
     report["command"] = command

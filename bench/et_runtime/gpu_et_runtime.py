@@ -38,6 +38,14 @@ sys.path.insert(0, str(HERE))
 import client  # noqa: E402
 
 MODELS = ["mlp", "cnn", "transformer_block", "llama_decoder"]
+# Models that keep state between calls: a decoding loop of steps, each its own inputs.
+STEPS = {
+    "llama_decoder": lambda: [
+        (torch.randint(0, 64, (1, 4), generator=torch.Generator().manual_seed(step)),
+         torch.arange(4 * step, 4 * step + 4))
+        for step in range(4)
+    ],
+}
 STACKS = ["cuda", "xnnpack,cuda", "cuda,xnnpack"]
 
 
@@ -125,6 +133,31 @@ def delegates_of(buffer: bytes) -> dict[str, int]:
     return counts
 
 
+def stateful_steps(args, model_name, composition, pte, data_files, aoti_host, zoo) -> dict:
+    """A decoding loop: each step's inputs once, in order, state carried between them, in
+    ExecuTorch's runtime, composer's host and eager, each from a fresh start."""
+    steps = STEPS[model_name]()
+    with torch.no_grad():
+        eager = zoo.load(model_name)[0]
+        expected = [eager(*step) for step in steps]
+        hosted = aoti_host.aoti_hosted(composition, host="cpu")
+        host = [hosted(*step) for step in steps]
+    result: dict = {"steps": len(steps)}
+    try:
+        report = client.run_pte_detailed(args.runner, pte, data_files, None, repeats=0, warmup=0,
+                                         threads=args.threads, steps=steps)
+        runtime = report["step_outputs"]
+        result["et_runtime_vs_eager"] = [max_error(a, b) for a, b in zip(runtime, expected)]
+        result["et_runtime_vs_composer_host"] = [max_error(a, b) for a, b in zip(runtime, host)]
+    except Exception as error:  # noqa: BLE001
+        result["et_runtime_error"] = f"{type(error).__name__}: {str(error)[-2000:]}"
+    result["composer_host_vs_eager"] = [max_error(a, b) for a, b in zip(host, expected)]
+    # What a program that did not carry its cache would give: every step from the initial state.
+    fresh = [zoo.load(model_name)[0](*step) for step in steps]
+    result["eager_without_carried_state_vs_eager"] = [max_error(a, b) for a, b in zip(fresh, expected)]
+    return result
+
+
 def run_case(args, model_name: str, stack: str) -> dict:
     import composer
 
@@ -169,6 +202,22 @@ def run_case(args, model_name: str, stack: str) -> dict:
     except Exception as error:  # noqa: BLE001 - reported in the row
         row["et_runtime"] = {"error": f"{type(error).__name__}: {str(error)[-3000:]}"}
         et_outputs = None
+    if "CudaBackend" in row["delegates"]:
+        # The same, with the CUDA memory pool keeping what it frees (the backend's tensors come
+        # from cudaMallocAsync; by default the pool releases freed memory at each sync).
+        try:
+            report = client.run_pte_detailed(
+                args.runner, pte, data_files, inputs, repeats=args.repeats, warmup=args.warmup,
+                threads=args.threads, mempool_keep=True,
+            )
+            row["et_runtime_mempool_keep"] = {
+                "max_abs_error_vs_eager": max_error(report["outputs"], expected),
+                **summary(report["seconds"]),
+            }
+        except Exception as error:  # noqa: BLE001
+            row["et_runtime_mempool_keep"] = {"error": f"{type(error).__name__}: {str(error)[-2000:]}"}
+    if model_name in STEPS:
+        row["steps"] = stateful_steps(args, model_name, composition, pte, data_files, aoti_host, zoo)
 
     # composer's host: CUDA delegates' .so through libtorch, the rest as composer runs it.
     try:

@@ -5,6 +5,15 @@
  *
  *   composer_et_runner --model m.pte [--data a.ptd ...] --inputs in.bin --outputs out.bin
  *                      [--method forward] [--warmup 3] [--repeats 20] [--threads N]
+ *                      [--step in1.bin out1.bin [--step in2.bin out2.bin ...]]
+ *                      [--mempool-keep]
+ *
+ * --step runs the method once on each file's inputs, in order, right after loading and before
+ * the timed calls, and writes that call's outputs: state the program keeps between calls (a KV
+ * cache updated in place) carries from one step to the next, as in a decoding loop.
+ * --mempool-keep sets the CUDA device's default memory pool (the one cudaMallocAsync draws on,
+ * which the CUDA backend's tensors use) to keep freed memory instead of releasing it at each
+ * synchronization (cudaMemPoolAttrReleaseThreshold = UINT64_MAX).
  *
  * Tensor file format (inputs and outputs; little-endian), read and written by client.py:
  *   "ETRUNIO1" | u32 count | count x ( i32 dtype (ExecuTorch ScalarType) | u32 ndim |
@@ -140,6 +149,29 @@ void write_tensors(const std::string& path, const std::vector<EValue>& values) {
   }
 }
 
+// The inputs of a tensor file as EValues over buffers that `host` and `owners` keep alive.
+std::vector<EValue> make_inputs(
+    const std::string& path,
+    std::vector<HostTensor>& host,
+    std::vector<TensorPtr>& owners) {
+  host = read_tensors(path);
+  std::vector<EValue> values;
+  for (auto& t : host) {
+    std::vector<executorch::aten::SizesType> sizes(t.sizes.begin(), t.sizes.end());
+    auto dtype = static_cast<ScalarType>(t.dtype);
+    size_t numel = 1;
+    for (auto s : t.sizes) {
+      numel *= static_cast<size_t>(s);
+    }
+    if (numel * element_size(dtype) != t.data.size()) {
+      die("an input's byte count does not match its shape and dtype");
+    }
+    owners.push_back(executorch::extension::from_blob(t.data.data(), sizes, dtype));
+    values.emplace_back(*owners.back());
+  }
+  return values;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -149,6 +181,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 int main(int argc, char** argv) {
   std::string model, inputs_path, outputs_path, method = "forward";
   std::vector<std::string> data_files;
+  std::vector<std::pair<std::string, std::string>> steps;
+  bool mempool_keep = false;
   int warmup = 3, repeats = 20, threads = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -174,14 +208,31 @@ int main(int argc, char** argv) {
       repeats = std::atoi(next().c_str());
     } else if (arg == "--threads") {
       threads = std::atoi(next().c_str());
+    } else if (arg == "--step") {
+      std::string in = next();
+      steps.emplace_back(in, next());
+    } else if (arg == "--mempool-keep") {
+      mempool_keep = true;
     } else {
       die("unknown argument " + arg);
     }
   }
-  if (model.empty() || inputs_path.empty()) {
+  if (model.empty() || (inputs_path.empty() && steps.empty())) {
     die("usage: --model m.pte [--data f.ptd]... --inputs in.bin [--outputs out.bin]");
   }
   executorch::runtime::runtime_init();
+  if (mempool_keep) {
+#ifdef COMPOSER_RUNNER_CUDA
+    cudaMemPool_t pool = nullptr;
+    uint64_t keep = UINT64_MAX;
+    if (cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess ||
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+      die("cannot set the default memory pool's release threshold");
+    }
+#else
+    die("--mempool-keep needs a CUDA build");
+#endif
+  }
   if (threads > 0) {
     auto* pool = executorch::extension::threadpool::get_threadpool();
     if (pool != nullptr) {
@@ -204,22 +255,26 @@ int main(int argc, char** argv) {
   }
   const double method_load_s = seconds_since(start);
 
-  auto host_inputs = read_tensors(inputs_path);
-  std::vector<TensorPtr> tensors;
-  std::vector<EValue> inputs;
-  for (auto& t : host_inputs) {
-    std::vector<executorch::aten::SizesType> sizes(t.sizes.begin(), t.sizes.end());
-    auto dtype = static_cast<ScalarType>(t.dtype);
-    size_t numel = 1;
-    for (auto s : t.sizes) {
-      numel *= static_cast<size_t>(s);
+  for (const auto& [step_in, step_out] : steps) {
+    std::vector<HostTensor> host;
+    std::vector<TensorPtr> owners;
+    auto values = make_inputs(step_in, host, owners);
+    auto result = module.execute(method, values);
+    if (!result.ok()) {
+      die("execute failed at step " + step_in + ": error " +
+          std::to_string(static_cast<int>(result.error())));
     }
-    if (numel * element_size(dtype) != t.data.size()) {
-      die("an input's byte count does not match its shape and dtype");
-    }
-    tensors.push_back(executorch::extension::from_blob(t.data.data(), sizes, dtype));
-    inputs.emplace_back(*tensors.back());
+    write_tensors(step_out, result.get());
   }
+  if (inputs_path.empty()) {
+    std::printf("{\"ok\": true, \"executor\": \"ExecuTorch C++ runtime (extension/module)\", "
+                "\"program_load_s\": %.6f, \"method_load_s\": %.6f, \"steps\": %zu, "
+                "\"times_s\": []}\n", program_load_s, method_load_s, steps.size());
+    return 0;
+  }
+  std::vector<HostTensor> host_inputs;
+  std::vector<TensorPtr> tensors;
+  std::vector<EValue> inputs = make_inputs(inputs_path, host_inputs, tensors);
 
   std::vector<double> times;
   std::vector<EValue> last;
