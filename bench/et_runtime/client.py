@@ -1,0 +1,155 @@
+"""Run an ExecuTorch program in ExecuTorch's own C++ runtime, from Python.
+
+The runtime is ``composer_et_runner`` (``bench/et_runtime/runner/runner.cpp``, built by
+``bench/et_runtime/build.sh``): it loads a ``.pte`` and its ``.ptd`` data files with
+``extension/module``, runs one method on inputs this module writes, and prints its per-call
+times as one JSON line. Standalone: it imports torch and the standard library only.
+
+    outputs, seconds = run_pte(runner, "m.pte", ["aoti_cuda_blob.ptd"], (x,), repeats=50)
+
+The tensor file both sides read and write (little-endian):
+``b"ETRUNIO1" | u32 count | count x (i32 dtype | u32 ndim | i64 sizes[ndim] | u64 nbytes |
+data)``, dtype being ExecuTorch's ScalarType code (that of c10), data contiguous.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import tempfile
+from collections.abc import Sequence
+
+import torch
+
+MAGIC = b"ETRUNIO1"
+EXECUTOR = "ExecuTorch C++ runtime"
+# ExecuTorch ScalarType codes (equal to c10's).
+DTYPES = {
+    0: torch.uint8,
+    1: torch.int8,
+    2: torch.int16,
+    3: torch.int32,
+    4: torch.int64,
+    5: torch.float16,
+    6: torch.float32,
+    7: torch.float64,
+    11: torch.bool,
+    15: torch.bfloat16,
+}
+CODES = {dtype: code for code, dtype in DTYPES.items()}
+
+
+class RunnerError(RuntimeError):
+    """The runner could not load or run the program; the message has its stderr's end."""
+
+
+def write_tensors(path: str | os.PathLike, tensors: Sequence[torch.Tensor]) -> None:
+    """Write ``tensors`` (any device; copied to the CPU) in the runner's tensor file format."""
+    with open(path, "wb") as out:
+        out.write(MAGIC + struct.pack("<I", len(tensors)))
+        for tensor in tensors:
+            tensor = tensor.detach().to("cpu").contiguous()
+            if tensor.dtype not in CODES:
+                raise TypeError(f"the runner's file format has no {tensor.dtype}")
+            raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+            out.write(struct.pack("<iI", CODES[tensor.dtype], tensor.dim()))
+            out.write(struct.pack(f"<{tensor.dim()}q", *tensor.shape))
+            out.write(struct.pack("<Q", len(raw)))
+            out.write(raw)
+
+
+def read_tensors(path: str | os.PathLike) -> list[torch.Tensor | None]:
+    """Read a tensor file; a non-tensor output reads as ``None``."""
+    with open(path, "rb") as file:
+        data = file.read()
+    if data[:8] != MAGIC:
+        raise RunnerError(f"{path} is not a tensor file of the runner")
+    (count,), at = struct.unpack_from("<I", data, 8), 12
+    tensors: list[torch.Tensor | None] = []
+    for _ in range(count):
+        code, ndim = struct.unpack_from("<iI", data, at)
+        at += 8
+        sizes = struct.unpack_from(f"<{ndim}q", data, at)
+        at += 8 * ndim
+        (nbytes,) = struct.unpack_from("<Q", data, at)
+        at += 8
+        raw = data[at : at + nbytes]
+        at += nbytes
+        if code < 0:
+            tensors.append(None)
+        elif nbytes == 0:
+            tensors.append(torch.empty(sizes, dtype=DTYPES[code]))
+        else:
+            flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(DTYPES[code])
+            tensors.append(flat.reshape(sizes))
+    return tensors
+
+
+def run_pte_detailed(
+    runner: str | os.PathLike,
+    pte: str | os.PathLike,
+    data_files: Sequence[str | os.PathLike],
+    inputs: Sequence[torch.Tensor] | None,
+    repeats: int = 20,
+    warmup: int = 3,
+    threads: int | None = None,
+    method: str = "forward",
+    timeout: float = 600,
+    steps: Sequence[Sequence[torch.Tensor]] = (),
+    mempool_keep: bool = False,
+) -> dict:
+    """Run ``method`` of ``pte`` ``warmup + repeats`` times in the runner (``inputs`` None: not
+    at all); return its outputs (CPU tensors), the seconds of each timed call, load times and
+    the runner's stderr. ``steps``: inputs run once each, in order, before the timed calls, in
+    the same loaded program (state it keeps carries over); their outputs are
+    ``report["step_outputs"]``. ``mempool_keep``: the CUDA memory pool keeps freed memory."""
+    with tempfile.TemporaryDirectory(prefix="et_runner_") as directory:
+        inputs_path = os.path.join(directory, "inputs.bin")
+        outputs_path = os.path.join(directory, "outputs.bin")
+        command = [os.fspath(runner), "--model", os.fspath(pte), "--method", method,
+                   "--warmup", str(warmup), "--repeats", str(repeats)]  # fmt: skip
+        if inputs is not None:
+            write_tensors(inputs_path, inputs)
+            command += ["--inputs", inputs_path, "--outputs", outputs_path]
+        step_paths = []
+        for index, step in enumerate(steps):
+            step_paths.append((os.path.join(directory, f"step{index}.in"),
+                               os.path.join(directory, f"step{index}.out")))  # fmt: skip
+            write_tensors(step_paths[-1][0], step)
+            command += ["--step", *step_paths[-1]]
+        for data_file in data_files:
+            command += ["--data", os.fspath(data_file)]
+        if threads:
+            command += ["--threads", str(threads)]
+        if mempool_keep:
+            command += ["--mempool-keep"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        report = None
+        for line in done.stdout.splitlines():
+            if line.startswith("{"):
+                report = json.loads(line)
+        if done.returncode != 0 or report is None or not report.get("ok"):
+            why = report.get("error") if report else f"exit status {done.returncode}"
+            raise RunnerError(f"{why}; stderr ends: {done.stderr[-3000:]}")
+        report["outputs"] = read_tensors(outputs_path) if inputs is not None else None
+        report["step_outputs"] = [read_tensors(out) for _, out in step_paths]
+    report["seconds"] = report.pop("times_s")
+    report["stderr"] = done.stderr
+    report["command"] = command
+    return report
+
+
+def run_pte(
+    runner: str | os.PathLike,
+    pte: str | os.PathLike,
+    data_files: Sequence[str | os.PathLike],
+    inputs: Sequence[torch.Tensor],
+    repeats: int = 20,
+    **options,
+) -> tuple[list[torch.Tensor | None], list[float]]:
+    """(outputs as CPU tensors, seconds of each timed call) of ``pte`` run in ExecuTorch's C++
+    runtime; ``options`` as :func:`run_pte_detailed`."""
+    report = run_pte_detailed(runner, pte, data_files, inputs, repeats, **options)
+    return report["outputs"], report["seconds"]
