@@ -28,8 +28,8 @@ import composer
 from composer import zoo
 from composer.contract.errors import ComposerError
 from composer.measure.latency import interleaved
-from composer.run.runtime import LoadedProgram
 from composer.run.compare import compare
+from composer.run.runtime import LoadedProgram
 
 MODELS = ("mlp", "cnn", "mobilenet", "transformer_block", "llama_block", "gru", "cumsum_mlp",
           "unet", "unet_bilinear")  # fmt: skip

@@ -24,8 +24,8 @@ import torch
 import composer
 from composer import zoo
 from composer.measure.latency import interleaved
-from composer.run.runtime import LoadedProgram
 from composer.run.compare import compare
+from composer.run.runtime import LoadedProgram
 
 STACKS = (["xnnpack"], ["openvino"], ["xnnpack", "openvino"], ["openvino", "xnnpack"])
 MODELS = ("mlp", "cnn", "mobilenet", "transformer_block", "llama_block", "gru", "cumsum_mlp")

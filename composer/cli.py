@@ -160,7 +160,8 @@ def _run(args: argparse.Namespace) -> int:
     import torch
 
     from composer.model_source import load_model
-    from composer.run.runtime import LoadedProgram
+    from composer.run import cpp_runtime
+    from composer.run.runtime import LoadedProgram, runtime_can_run
 
     program = Path(args.program)
     if not program.is_file():
@@ -178,9 +179,17 @@ def _run(args: argparse.Namespace) -> int:
 
         cpu_threads.set_threads(args.threads)
     buffer = program.read_bytes()
-    loaded = LoadedProgram(buffer)
-    loaded.check_inputs(inputs)
-    outputs = loaded.run(inputs)
+    loaded = None
+    runner = cpp_runtime.runner_path()
+    if runner is not None and not runtime_can_run(buffer)[0]:
+        # A program the pip runtime cannot run (CUDA delegates): ExecuTorch's own C++ runtime.
+        data_files = {p.name: p.read_bytes() for p in sorted(program.parent.glob("*.ptd"))}
+        outputs = cpp_runtime.run_program(runner, buffer, data_files, inputs)
+        print(f"executor: {cpp_runtime.EXECUTOR} ({runner})")
+    else:
+        loaded = LoadedProgram(buffer)
+        loaded.check_inputs(inputs)
+        outputs = loaded.run(inputs)
     for index, output in enumerate(outputs):
         print(
             f"output {index}: shape {list(output.shape)} {str(output.dtype).removeprefix('torch.')}"
@@ -190,7 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         from composer.lower.export import export_model
 
         eager = model if isinstance(model, torch.nn.Module) else export_model(model, None).module()
-    if args.bench:
+    if args.bench and loaded is not None:
         _print_program_latency(buffer, loaded, eager, inputs, args.bench)
     if eager is None:
         return 0

@@ -82,3 +82,24 @@ def test_a_cuda_composition_from_the_cache_is_the_same_and_runs(tmp_path, monkey
     third = composer.compose(edited, ["cuda"], inputs, progress=lines.append)
     assert not third.from_cache and third.data_files != first.data_files
     assert third.verify().ok
+
+
+@pytest.mark.skipif(
+    not __import__("os").environ.get("COMPOSER_ET_RUNNER"),
+    reason="needs ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), named by "
+    "$COMPOSER_ET_RUNNER",
+)
+@pytest.mark.parametrize("stack", [["cuda"], ["xnnpack", "cuda"]], ids=",".join)
+def test_verify_and_run_use_executorchs_own_runtime_where_it_is_built(stack, tmp_path, capsys):
+    from composer.cli import main
+    from composer.run import cpp_runtime
+
+    model, inputs = zoo.load("transformer_block")
+    composition = composer.compose(model, stack, inputs)
+    assert composition.plan.proof.endswith(f"({cpp_runtime.EXECUTOR})")
+    result = composition.verify()
+    assert result.executor == cpp_runtime.EXECUTOR and result.ok, str(result)
+    composition.save(tmp_path / "m.pte")
+    assert main(["run", str(tmp_path / "m.pte"), "--compare", "zoo:transformer_block"]) == 0
+    out = capsys.readouterr().out
+    assert f"executor: {cpp_runtime.EXECUTOR}" in out and "OK" in out

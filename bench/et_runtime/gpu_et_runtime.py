@@ -2,7 +2,7 @@
 
 For each zoo model and stack it composes the program for real (AOTInductor compiles the CUDA
 partitions), saves the .pte and its .ptd files, runs them in ``composer_et_runner`` (ExecuTorch's
-C++ runtime with the CUDA and XNNPACK backends, built by build.sh; client.py drives it), and
+C++ runtime with the CUDA and XNNPACK backends, built by build.sh; composer/run/cpp_runtime.py drives it), and
 compares, on the same inputs:
 
 - outputs: the C++ runtime's against eager on the CPU (fp32), and against composer's own host
@@ -35,14 +35,16 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import client  # noqa: E402
+from composer.run import cpp_runtime as client
 
 MODELS = ["mlp", "cnn", "transformer_block", "llama_decoder"]
 # Models that keep state between calls: a decoding loop of steps, each its own inputs.
 STEPS = {
     "llama_decoder": lambda: [
-        (torch.randint(0, 64, (1, 4), generator=torch.Generator().manual_seed(step)),
-         torch.arange(4 * step, 4 * step + 4))
+        (
+            torch.randint(0, 64, (1, 4), generator=torch.Generator().manual_seed(step)),
+            torch.arange(4 * step, 4 * step + 4),
+        )
         for step in range(4)
     ],
 }
@@ -80,7 +82,9 @@ def max_error(actual, expected) -> float:
     for got, want in zip(actual, expected):
         if got is None or got.shape != want.shape:
             return float("inf")
-        worst = max(worst, (got.detach().cpu().double() - want.detach().cpu().double()).abs().max().item())
+        worst = max(
+            worst, (got.detach().cpu().double() - want.detach().cpu().double()).abs().max().item()
+        )
     return worst
 
 
@@ -144,8 +148,16 @@ def stateful_steps(args, model_name, composition, pte, data_files, aoti_host, zo
         host = [hosted(*step) for step in steps]
     result: dict = {"steps": len(steps)}
     try:
-        report = client.run_pte_detailed(args.runner, pte, data_files, None, repeats=0, warmup=0,
-                                         threads=args.threads, steps=steps)
+        report = client.run_pte_detailed(
+            args.runner,
+            pte,
+            data_files,
+            None,
+            repeats=0,
+            warmup=0,
+            threads=args.threads,
+            steps=steps,
+        )
         runtime = report["step_outputs"]
         result["et_runtime_vs_eager"] = [max_error(a, b) for a, b in zip(runtime, expected)]
         result["et_runtime_vs_composer_host"] = [max_error(a, b) for a, b in zip(runtime, host)]
@@ -154,7 +166,9 @@ def stateful_steps(args, model_name, composition, pte, data_files, aoti_host, zo
     result["composer_host_vs_eager"] = [max_error(a, b) for a, b in zip(host, expected)]
     # What a program that did not carry its cache would give: every step from the initial state.
     fresh = [zoo.load(model_name)[0](*step) for step in steps]
-    result["eager_without_carried_state_vs_eager"] = [max_error(a, b) for a, b in zip(fresh, expected)]
+    result["eager_without_carried_state_vs_eager"] = [
+        max_error(a, b) for a, b in zip(fresh, expected)
+    ]
     return result
 
 
@@ -175,7 +189,9 @@ def run_case(args, model_name: str, stack: str) -> dict:
     row["pte_bytes"] = len(composition.buffer)
     row["ptd"] = {Path(p).name: Path(p).stat().st_size for p in data_files}
     row["delegates"] = delegates_of(composition.buffer)
-    row["partitions"] = {b: len(composition.plan.partitions_of(b)) for b in composition.plan.backends}
+    row["partitions"] = {
+        b: len(composition.plan.partitions_of(b)) for b in composition.plan.backends
+    }
     if args.compose_only:
         return row
 
@@ -185,7 +201,12 @@ def run_case(args, model_name: str, stack: str) -> dict:
     # ExecuTorch's C++ runtime.
     try:
         report = client.run_pte_detailed(
-            args.runner, pte, data_files, inputs, repeats=args.repeats, warmup=args.warmup,
+            args.runner,
+            pte,
+            data_files,
+            inputs,
+            repeats=args.repeats,
+            warmup=args.warmup,
             threads=args.threads,
         )
         stderr = report["stderr"].splitlines()
@@ -207,17 +228,27 @@ def run_case(args, model_name: str, stack: str) -> dict:
         # from cudaMallocAsync; by default the pool releases freed memory at each sync).
         try:
             report = client.run_pte_detailed(
-                args.runner, pte, data_files, inputs, repeats=args.repeats, warmup=args.warmup,
-                threads=args.threads, mempool_keep=True,
+                args.runner,
+                pte,
+                data_files,
+                inputs,
+                repeats=args.repeats,
+                warmup=args.warmup,
+                threads=args.threads,
+                mempool_keep=True,
             )
             row["et_runtime_mempool_keep"] = {
                 "max_abs_error_vs_eager": max_error(report["outputs"], expected),
                 **summary(report["seconds"]),
             }
         except Exception as error:  # noqa: BLE001
-            row["et_runtime_mempool_keep"] = {"error": f"{type(error).__name__}: {str(error)[-2000:]}"}
+            row["et_runtime_mempool_keep"] = {
+                "error": f"{type(error).__name__}: {str(error)[-2000:]}"
+            }
     if model_name in STEPS:
-        row["steps"] = stateful_steps(args, model_name, composition, pte, data_files, aoti_host, zoo)
+        row["steps"] = stateful_steps(
+            args, model_name, composition, pte, data_files, aoti_host, zoo
+        )
 
     # composer's host: CUDA delegates' .so through libtorch, the rest as composer runs it.
     try:
@@ -240,13 +271,21 @@ def run_case(args, model_name: str, stack: str) -> dict:
     with torch.no_grad():
         eager, kind = eager_on_gpu(model, inputs)
         cuda_inputs = [t.to("cuda") for t in inputs]
-        row["eager_gpu"] = {"module": kind, **summary(
-            call_seconds(lambda: eager(*cuda_inputs), args.repeats, args.warmup))}
-        row["eager_gpu_cpu_io"] = summary(call_seconds(
-            lambda: [t.cpu() for t in flat(eager(*[t.to("cuda") for t in inputs]))],
-            args.repeats, args.warmup))
+        row["eager_gpu"] = {
+            "module": kind,
+            **summary(call_seconds(lambda: eager(*cuda_inputs), args.repeats, args.warmup)),
+        }
+        row["eager_gpu_cpu_io"] = summary(
+            call_seconds(
+                lambda: [t.cpu() for t in flat(eager(*[t.to("cuda") for t in inputs]))],
+                args.repeats,
+                args.warmup,
+            )
+        )
         cpu_model = zoo.load(model_name)[0]
-        row["eager_cpu"] = summary(call_seconds(lambda: cpu_model(*inputs), args.repeats, args.warmup))
+        row["eager_cpu"] = summary(
+            call_seconds(lambda: cpu_model(*inputs), args.repeats, args.warmup)
+        )
     return row
 
 
@@ -283,13 +322,18 @@ def main() -> int:
             try:
                 row = run_case(args, model_name, stack)
             except Exception as error:  # noqa: BLE001 - reported, then the next case runs
-                row = {"model": model_name, "stack": stack,
-                       "error": f"{type(error).__name__}: {error}",
-                       "traceback": traceback.format_exc()[-3000:]}
+                row = {
+                    "model": model_name,
+                    "stack": stack,
+                    "error": f"{type(error).__name__}: {error}",
+                    "traceback": traceback.format_exc()[-3000:],
+                }
             rows.append(row)
             print(json.dumps(row), flush=True)
             if args.json:
-                Path(args.json).write_text(json.dumps({"environment": environment, "rows": rows}, indent=2))
+                Path(args.json).write_text(
+                    json.dumps({"environment": environment, "rows": rows}, indent=2)
+                )
     return 0
 
 

@@ -20,7 +20,7 @@ import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
 from composer.planning.plans import Plan, partition_of
-from composer.run import aoti_host
+from composer.run import aoti_host, cpp_runtime
 from composer.run.compare import compare
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, verify
@@ -87,6 +87,9 @@ def can_prove(program: bytes) -> tuple[bool, str]:
     runnable, why = runtime_can_run(program)
     if runnable:
         return True, why
+    runner = cpp_runtime.runner_path()
+    if runner is not None:
+        return True, f"{cpp_runtime.EXECUTOR} ({runner})"
     if aoti_host.CUDA_BACKEND_ID in program_backend_ids(program):
         unavailable = aoti_host.host_unavailable_reason()
         if unavailable is None:

@@ -18,7 +18,7 @@ import torch
 
 from composer.contract.backend_spec import Tolerance
 from composer.planning.plans import Plan
-from composer.run import aoti_host
+from composer.run import aoti_host, cpp_runtime
 from composer.run.compare import compare
 from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
 
@@ -82,6 +82,17 @@ def _executor(composition: Checkable):
     if can_run:
         return RUNTIME, reason, lambda inputs: run_program(composition.buffer, inputs)
     has_cuda = aoti_host.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
+    runner = cpp_runtime.runner_path()
+    if runner is not None:
+        # ExecuTorch's own runtime, built with CUDA and XNNPACK: the program as it deploys.
+        why = f"{reason}; ${cpp_runtime.RUNNER_VARIABLE} names {runner}"
+        return (
+            cpp_runtime.EXECUTOR,
+            why,
+            lambda inputs: cpp_runtime.run_program(
+                runner, composition.buffer, composition.data_files, inputs
+            ),
+        )
     if has_cuda or torch_mismatch():
         unavailable = aoti_host.host_unavailable_reason() if has_cuda else None
         if unavailable is None:

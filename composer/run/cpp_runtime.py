@@ -1,9 +1,11 @@
 """Run an ExecuTorch program in ExecuTorch's own C++ runtime, from Python.
 
 The runtime is ``composer_et_runner`` (``bench/et_runtime/runner/runner.cpp``, built by
-``bench/et_runtime/build.sh``): it loads a ``.pte`` and its ``.ptd`` data files with
-``extension/module``, runs one method on inputs this module writes, and prints its per-call
-times as one JSON line. Standalone: it imports torch and the standard library only.
+``bench/et_runtime/build.sh`` on the GPU machine, with the CUDA and XNNPACK backends): it loads
+a ``.pte`` and its ``.ptd`` data files with ``extension/module``, runs one method on inputs this
+module writes, and prints its per-call times as one JSON line. ``$COMPOSER_ET_RUNNER`` names
+the built runner; where it is set, ``Composition.verify()``, the proof at compose time and
+``composer run`` run programs with CUDA delegates in it (the pip runtime has no CUDA backend).
 
     outputs, seconds = run_pte(runner, "m.pte", ["aoti_cuda_blob.ptd"], (x,), repeats=50)
 
@@ -19,10 +21,13 @@ import os
 import struct
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
+from composer.contract.errors import ComposerError
+
+RUNNER_VARIABLE = "COMPOSER_ET_RUNNER"
 MAGIC = b"ETRUNIO1"
 EXECUTOR = "ExecuTorch C++ runtime"
 # ExecuTorch ScalarType codes (equal to c10's).
@@ -125,7 +130,9 @@ def run_pte_detailed(
             command += ["--threads", str(threads)]
         if mempool_keep:
             command += ["--mempool-keep"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            command, check=False, capture_output=True, text=True, timeout=timeout
+        )
         report = None
         for line in done.stdout.splitlines():
             if line.startswith("{"):
@@ -153,3 +160,37 @@ def run_pte(
     runtime; ``options`` as :func:`run_pte_detailed`."""
     report = run_pte_detailed(runner, pte, data_files, inputs, repeats, **options)
     return report["outputs"], report["seconds"]
+
+
+def runner_path() -> str | None:
+    """The runner ``$COMPOSER_ET_RUNNER`` names (``None`` where it is unset); a ComposerError
+    where it names no executable file."""
+    path = os.environ.get(RUNNER_VARIABLE)
+    if not path:
+        return None
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise ComposerError(
+            f"${RUNNER_VARIABLE} is {path!r}, which is no executable file: build the runner with "
+            "bench/et_runtime/build.sh, or unset it."
+        )
+    return path
+
+
+def run_program(
+    runner: str, buffer: bytes, data_files: Mapping[str, bytes], inputs: Sequence[torch.Tensor]
+) -> list[torch.Tensor | None]:
+    """The outputs of one call of ``buffer`` (with its .ptd ``data_files``) in the runner."""
+    with tempfile.TemporaryDirectory(prefix="composer_pte_") as directory:
+        pte = os.path.join(directory, "program.pte")
+        with open(pte, "wb") as out:
+            out.write(buffer)
+        paths = []
+        for name, data in data_files.items():
+            paths.append(os.path.join(directory, name if name.endswith(".ptd") else f"{name}.ptd"))
+            with open(paths[-1], "wb") as out:
+                out.write(data)
+        try:
+            outputs, _seconds = run_pte(runner, pte, paths, list(inputs), repeats=1, warmup=0)
+        except RunnerError as error:
+            raise ComposerError(f"{EXECUTOR} ({runner}) failed: {error}") from error
+    return outputs
