@@ -31,7 +31,8 @@ def test_measured_placement_times_with_the_threads_set_and_its_config_repeats_th
         import json, warnings
         warnings.simplefilter("ignore")
         import composer
-        from composer import cpu_threads, zoo
+        from composer import zoo
+        from composer.run import cpu_threads
         model, inputs = zoo.load("mlp")
         stack = composer.Stack(["xnnpack"], placement="measured", threads=1)
         composition = composer.compose(model, stack, inputs, cache=False)
@@ -66,7 +67,8 @@ def test_the_runtime_default_is_not_written_into_the_config(tmp_path):
         import warnings
         warnings.simplefilter("ignore")
         import composer
-        from composer import cpu_threads, zoo
+        from composer import zoo
+        from composer.run import cpu_threads
         model, inputs = zoo.load("mlp")
         plan = composer.compose(model, ["xnnpack"], inputs, placement="measured", cache=False).plan
         print(cpu_threads.current(), plan.placement["threads"], repr(plan.placement["config"]))
@@ -131,7 +133,8 @@ def test_the_torch_free_runtime_takes_the_threads_too(tmp_path):
         import warnings
         warnings.simplefilter("ignore")
         import torch, composer
-        from composer import cpu_threads, zoo
+        from composer import zoo
+        from composer.run import cpu_threads
         from composer.run.aoti_host import program_runner
         from composer.run.compare import compare
         model, inputs = zoo.load("mlp")

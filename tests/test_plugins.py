@@ -172,15 +172,21 @@ def installed_plugins(tmp_path_factory) -> Path:
 
 
 SCRIPT = """
-import json, warnings
+import json, sys, warnings
 import composer
 from composer import zoo
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     registry = composer.default_registry()
-model, inputs = zoo.load("cumsum_mlp")
-composition = composer.compose(model, ["xnnpack", "sample"], inputs)
+    model, inputs = zoo.load("cumsum_mlp")
+    composition = composer.compose(model, ["xnnpack", "sample"], inputs)
+    at_compose = {
+        "warnings": [str(w.message) for w in caught if "composer plugin" in str(w.message)],
+        "imported": sorted(m for m in sys.modules if m.startswith("composer_")),
+    }
+    registry.backends  # listing every backend imports every plugin
 print(json.dumps({
+    "at_compose": at_compose,
     "backends": {n: b.origin.distribution + " " + b.origin.version
                  for n, b in registry.backends.items()},
     "failed": [f.name for f in registry.failed],
@@ -197,6 +203,8 @@ def test_third_party_plugin_installed_with_pip_stacks_with_the_others(installed_
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True
     )
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    # A compose imports the plugins its stack names, not the broken one beside them.
+    assert result["at_compose"] == {"warnings": [], "imported": ["composer_sample_backend"]}
     assert result["backends"]["sample"] == "composer-sample-backend 0.3.0"
     assert result["backends"]["xnnpack"].startswith("executorch-composer ")
     assert result["failed"] == ["broken"]
