@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 import composer
 from composer import zoo
+
+# ExecuTorch's own C++ runtime, where built: the tests that check it set it again; the others
+# check composer's libtorch host, which verify() uses without it.
+ET_RUNNER = os.environ.pop("COMPOSER_ET_RUNNER", None)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -85,15 +91,18 @@ def test_a_cuda_composition_from_the_cache_is_the_same_and_runs(tmp_path, monkey
 
 
 @pytest.mark.skipif(
-    not __import__("os").environ.get("COMPOSER_ET_RUNNER"),
+    not ET_RUNNER,
     reason="needs ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), named by "
     "$COMPOSER_ET_RUNNER",
 )
 @pytest.mark.parametrize("stack", [["cuda"], ["xnnpack", "cuda"]], ids=",".join)
-def test_verify_and_run_use_executorchs_own_runtime_where_it_is_built(stack, tmp_path, capsys):
+def test_verify_and_run_use_executorchs_own_runtime_where_it_is_built(
+    stack, tmp_path, capsys, monkeypatch
+):
     from composer.cli import main
     from composer.run import cpp_runtime
 
+    monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, ET_RUNNER)
     model, inputs = zoo.load("transformer_block")
     composition = composer.compose(model, stack, inputs)
     assert composition.plan.proof.endswith(f"({cpp_runtime.EXECUTOR})")
