@@ -25,8 +25,8 @@ from composer.contract.errors import ComposerError
 from composer.measure import hosted_trace
 from composer.run import aoti_host, runtime, torch_free_runtime
 from composer.run.aoti_host import ManifestFormatError, parse_manifest
-from composer.run.runtime import LoadedProgram
 from composer.run.compare import compare, flatten_tensors
+from composer.run.runtime import LoadedProgram
 
 FIXTURE = Path(__file__).parent / "data" / "aoti"
 needs_gpu = pytest.mark.skipif(

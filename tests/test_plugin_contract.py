@@ -133,7 +133,9 @@ def test_a_plugin_failing_at_lowering_time_is_one_line_naming_it(
     capsys, tmp_path, monkeypatch, broken_plugins, backend, message, plan_catches_it
 ):
     monkeypatch.chdir(tmp_path)
-    argv = ["lower", "zoo:mlp", "--backends", backend, "-o", "m.pte", "--quiet"]
+    # strict: a partition whose backend fails to lower is otherwise moved (test_proof.py).
+    argv = ["lower", "zoo:mlp", "--backends", backend, "-o", "m.pte", "--quiet",
+            "--placement", "strict"]  # fmt: skip
     line = one_line_error(capsys, argv)
     assert line.startswith(f"plugin {backend!r}") and message in line
     assert list(tmp_path.iterdir()) == []
@@ -141,6 +143,18 @@ def test_a_plugin_failing_at_lowering_time_is_one_line_naming_it(
         assert message in one_line_error(capsys, ["plan", "zoo:mlp", "--backends", backend])
     else:
         assert main(["plan", "zoo:mlp", "--backends", backend]) == 0
+
+
+def test_by_default_a_crashing_compiler_s_partitions_move_and_the_program_is_written(
+    capsys, tmp_path, monkeypatch, broken_plugins
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(["lower", "zoo:mlp", "--backends", "crashing,xnnpack", "-o", "m.pte"]) == 0
+    out = capsys.readouterr().out
+    assert "moved: crashing partition of " in out
+    assert "failed to lower: RuntimeError: the compiler crashed" in out
+    assert "proof: ran and matched eager" in out
+    assert (tmp_path / "m.pte").stat().st_size > 0
 
 
 @pytest.mark.parametrize("broken", ["not_support", "undecided"])
@@ -167,4 +181,4 @@ def test_a_compiler_crashing_in_parallel_workers_is_named_as_when_serial(broken_
     assert len(composer.plan(model, ["crashing"], inputs, **split).partitions) == 2
     message = "CrashingCompilerBackend.preprocess raised RuntimeError: the compiler crashed"
     with pytest.raises(PluginError, match=message):
-        composer.compose(model, ["crashing"], inputs, jobs=2, **split)
+        composer.compose(model, ["crashing"], inputs, jobs=2, placement="strict", **split)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from composer.registry.stack import Stack
 
 import composer
 from composer import zoo
 from composer.config import stack_from
 from composer.contract.errors import BackendListError, ComposerError
+from composer.registry.stack import Stack
 
 
 def test_a_stack_plans_as_its_fields_given_as_keywords_do():

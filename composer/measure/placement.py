@@ -32,13 +32,14 @@ from typing import Any
 import attrs
 
 from composer.contract.errors import ComposerError, first_line
-from composer.measure import hosted_trace, regions
+from composer.measure import hosted_trace, region_search
 from composer.measure.candidates import Candidate, candidates
 from composer.measure.choice import Choice, Measurement, choose, choose_confirmed
 from composer.measure.etdump import ProgramTrace, trace
 from composer.measure.latency import interleaved
 from composer.measure.placement_cache import read_cache, write_cache
 from composer.measure.units import partition_times
+from composer.planning.plans import describe_repair
 from composer.run import cpu_threads
 from composer.run.aoti_host import program_runner
 
@@ -106,6 +107,10 @@ def measure(
             notes[candidate] = f"not composed: {first_line(error)}"
             return
         composed[candidate] = composition
+        if composition.plan.repairs:  # measured as repaired, which the label alone hides
+            notes[candidate] = "; ".join(
+                f"moved: {describe_repair(r)}" for r in composition.plan.repairs
+            )
         # Candidates that lower to the same bytes are one program: timed once, so that noise
         # cannot rank a program against itself.
         digest = hashlib.sha256(composition.buffer).hexdigest()
@@ -130,7 +135,7 @@ def measure(
         if over_budget():
             searched = {"notes": [f"not searched: over the tune budget of {budget_s:g} s"]}
         else:
-            mixed, searched = regions.search(
+            mixed, searched = region_search.search(
                 compose_candidate, plan_candidate, backends, inputs,
                 over_budget=over_budget, progress=progress, trace_runs=REGION_RUNS,
                 hosted=hosted,

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from composer.contract.errors import ComposerError, first_line
-from composer.measure import hosted_trace, latency
+from composer.measure import etdump, hosted_trace
 from composer.measure.candidates import Candidate
 from composer.measure.region_choice import proposal
 from composer.measure.region_costs import costs, on_backends
@@ -120,7 +120,7 @@ def search(
             notes.append(f"{what}: does not run: {first_line(error)}")
             continue
         composed.append((what, assignment, composition, runner))
-    how = hosted_trace.HostedTrace.timer if hosted else latency.ProgramTrace.timer
+    how = hosted_trace.HostedTrace.timer if hosted else etdump.ProgramTrace.timer
     found["timer"] = how
     say(f"placement: regions: tracing {len(composed)} programs together, {trace_runs} runs each "
         f"({how})")  # fmt: skip
@@ -130,7 +130,7 @@ def search(
             traces = hosted_trace.trace_together(runners, inputs, trace_runs)
         else:
             buffers = {what: c.buffer for what, _a, c, _r in composed}
-            traces = latency.trace_together(buffers, inputs, trace_runs)
+            traces = etdump.trace_together(buffers, inputs, trace_runs)
     except (ComposerError, RuntimeError) as error:
         notes.append(f"not traced: {first_line(error)}")
         return None, found

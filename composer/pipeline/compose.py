@@ -93,7 +93,8 @@ def plan(
         if progress is not None:
             progress(f"reused the plan from the cache ({cache_dir()})")
         _replay(stored.get("warnings", ()))
-        result = stored["plan"]
+        # A plan runs nothing, so it claims no proof, even read from a proven program.
+        result = attrs.evolve(stored["plan"], proof="")
     return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
 
 

@@ -36,10 +36,11 @@ def composed_and_proven(
     failed: list[Culprit] = []
     current = stack
     while True:
-        culprit = None
+        culprit = lowering_error = None
         try:
             composition = build(current)
         except PreprocessFailed as error:
+            lowering_error = error
             culprit = Culprit(
                 error.backend,
                 f"{error.backend} partition of {error.nodes[0]}",
@@ -58,12 +59,13 @@ def composed_and_proven(
             else:
                 say(f"proof: {proof.describe()}")
                 return _finished(composition, failed, proof.describe())
-        if stack.placement == "strict":
-            raise ComposerError(
-                f"{culprit.describe()}. placement='strict' moves nothing; drop it (or use "
-                f"placement='priority') to hand these nodes to the next backend, or pin them off "
-                f"{culprit.backend} yourself."
-            )
+        if stack.placement == "strict":  # a run-time failure under strict was raised above
+            raise PreprocessFailed(
+                f"{lowering_error}. placement='strict' moves nothing; drop it (or use "
+                "placement='priority') to hand these nodes to the next backend, or pin them off "
+                f"{culprit.backend} yourself.",
+                culprit.backend, culprit.nodes,
+            )  # fmt: skip
         pins = {node_pin(node) for node in culprit.nodes}
         if pins <= current.never.get(culprit.backend, frozenset()) or len(failed) >= MAX_REPAIRS:
             raise ComposerError(
