@@ -162,6 +162,7 @@ def _run(args: argparse.Namespace) -> int:
     from composer.model_source import load_model
     from composer.run import cpp_runtime
     from composer.run.runtime import LoadedProgram, runtime_can_run
+    from composer.run.verification import RUNTIME
 
     program = Path(args.program)
     if not program.is_file():
@@ -181,15 +182,17 @@ def _run(args: argparse.Namespace) -> int:
     buffer = program.read_bytes()
     loaded = None
     runner = cpp_runtime.runner_path()
+    data_paths = sorted(program.parent.glob("*.ptd"))
     if runner is not None and not runtime_can_run(buffer)[0]:
         # A program the pip runtime cannot run (CUDA delegates): ExecuTorch's own C++ runtime.
-        data_files = {p.name: p.read_bytes() for p in sorted(program.parent.glob("*.ptd"))}
-        outputs = cpp_runtime.run_program(runner, buffer, data_files, inputs)
+        data_files = {p.name: p.read_bytes() for p in data_paths}
+        outputs = cpp_runtime.run_program(runner, buffer, data_files, inputs, args.threads)
         print(f"executor: {cpp_runtime.EXECUTOR} ({runner})")
     else:
         loaded = LoadedProgram(buffer)
         loaded.check_inputs(inputs)
         outputs = loaded.run(inputs)
+        print(f"executor: {RUNTIME} (the pip wheel's, through its Python bindings)")
     for index, output in enumerate(outputs):
         print(
             f"output {index}: shape {list(output.shape)} {str(output.dtype).removeprefix('torch.')}"
@@ -201,6 +204,8 @@ def _run(args: argparse.Namespace) -> int:
         eager = model if isinstance(model, torch.nn.Module) else export_model(model, None).module()
     if args.bench and loaded is not None:
         _print_program_latency(buffer, loaded, eager, inputs, args.bench)
+    elif args.bench:
+        _print_runner_latency(runner, program, data_paths, inputs, args.bench, args.threads)
     if eager is None:
         return 0
     from composer.run.compare import compare
@@ -215,6 +220,26 @@ def _run(args: argparse.Namespace) -> int:
         f"{tolerance.rtol:g}: {tolerance.reason})"  # fmt: skip
     print(f"compare with {args.compare}: {verdict}, max |pte - eager| = {worst:.3g}{within}")
     return 0 if ok else 1
+
+
+def _print_runner_latency(runner, program, data_paths, inputs, runs: int, threads) -> None:
+    """Latency of ``program`` in ExecuTorch's C++ runtime: ``runs`` calls after 10, timed in
+    the runner around each call and a device synchronization, in one loaded program."""
+    import statistics
+
+    from composer.run import cpp_runtime
+
+    try:
+        _, seconds = cpp_runtime.run_pte(
+            runner, program, data_paths, inputs, repeats=runs, warmup=10, threads=threads
+        )
+    except cpp_runtime.RunnerError as error:
+        raise ComposerError(f"{cpp_runtime.EXECUTOR} ({runner}) failed: {error}") from error
+    us = sorted(s * 1e6 for s in seconds)
+    print(f"latency in the {cpp_runtime.EXECUTOR}, {len(us)} calls after 10 (inputs and outputs "
+          "on the CPU; CUDA's memory pool as ExecuTorch leaves it): fastest "
+          f"{us[0]:.1f} us, median {statistics.median(us):.1f} us, "
+          f"p90 {us[min(len(us) - 1, int(0.9 * len(us)))]:.1f} us")  # fmt: skip
 
 
 def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> None:

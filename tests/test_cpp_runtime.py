@@ -35,3 +35,42 @@ def test_a_runner_variable_naming_no_program_is_an_error_that_says_what_to_do(
 def test_without_the_variable_the_pip_runtime_runs_what_it_can():
     assert os.environ.get(cpp_runtime.RUNNER_VARIABLE) is None or pytest.skip("runner set here")
     assert cpp_runtime.runner_path() is None
+
+
+ET_RUNNER = os.environ.get(cpp_runtime.RUNNER_VARIABLE)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    torch.version.cuda is None or not torch.cuda.is_available() or not ET_RUNNER,
+    reason="needs a CUDA GPU and ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), "
+    "named by $COMPOSER_ET_RUNNER",
+)
+def test_a_kv_cache_carries_across_calls_of_one_program_in_executorchs_runtime(tmp_path):
+    import composer
+    from composer import zoo
+
+    # llama_decoder writes its KV cache in place (index_copy_): a decoding loop of 3 steps, 4 new
+    # tokens each, in one loaded program, against eager stepping from a fresh model.
+    model, inputs = zoo.load("llama_decoder")
+    composition = composer.compose(model, ["xnnpack", "cuda"], inputs)
+    assert "CudaBackend" in composition.delegate_backend_ids()
+    pte = composition.save(tmp_path / "m.pte")
+    steps = [
+        (torch.randint(0, 64, (1, 4), generator=torch.Generator().manual_seed(step)),
+         torch.arange(4 * step, 4 * step + 4))
+        for step in range(3)
+    ]  # fmt: skip
+    with torch.no_grad():
+        eager = zoo.load("llama_decoder")[0]
+        expected = [eager(*step) for step in steps]
+        fresh = [zoo.load("llama_decoder")[0](*step) for step in steps]
+    report = cpp_runtime.run_pte_detailed(
+        ET_RUNNER, pte, sorted(tmp_path.glob("*.ptd")), None, repeats=0, warmup=0, steps=steps
+    )
+    errors = [(got[0] - want).abs().max().item()
+              for got, want in zip(report["step_outputs"], expected, strict=True)]  # fmt: skip
+    print(f"{cpp_runtime.EXECUTOR}, llama_decoder [xnnpack, cuda], steps vs eager: {errors}")
+    assert max(errors) < 1e-4
+    # A program that dropped its cache between calls would be far off from the second step on.
+    assert min((a - b).abs().max().item() for a, b in zip(fresh[1:], expected[1:])) > 1e-2

@@ -11,8 +11,9 @@ import composer
 from composer import zoo
 
 # ExecuTorch's own C++ runtime, where built: the tests that check it set it again; the others
-# check composer's libtorch host, which verify() uses without it.
-ET_RUNNER = os.environ.pop("COMPOSER_ET_RUNNER", None)
+# check composer's libtorch host, which verify() uses without it (the fixture below unsets it
+# for each test, leaving it to other test modules).
+ET_RUNNER = os.environ.get("COMPOSER_ET_RUNNER")
 
 pytestmark = [
     pytest.mark.gpu,
@@ -20,6 +21,11 @@ pytestmark = [
         torch.version.cuda is None or not torch.cuda.is_available(), reason="needs a CUDA GPU"
     ),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _libtorch_host_unless_a_test_names_the_runner(monkeypatch):
+    monkeypatch.delenv("COMPOSER_ET_RUNNER", raising=False)
 
 
 @pytest.mark.parametrize("stack", [["cuda"], ["xnnpack", "cuda"]], ids=",".join)
@@ -108,8 +114,13 @@ def test_verify_and_run_use_executorchs_own_runtime_where_it_is_built(
     composition = composer.compose(model, stack, inputs, cache=False)
     assert composition.plan.proof.endswith(f"({cpp_runtime.EXECUTOR})")
     result = composition.verify()
+    print(f"proof: {composition.plan.proof}\nverify: {result}")
     assert result.executor == cpp_runtime.EXECUTOR and result.ok, str(result)
     composition.save(tmp_path / "m.pte")
-    assert main(["run", str(tmp_path / "m.pte"), "--compare", "zoo:transformer_block"]) == 0
+    assert main(["run", str(tmp_path / "m.pte"), "--compare", "zoo:transformer_block",
+                 "--bench", "20"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert f"executor: {cpp_runtime.EXECUTOR}" in out and "OK" in out
+    print(out)  # shown in the log with pytest -rA
+    assert f"executor: {cpp_runtime.EXECUTOR}" in out
+    assert "compare with zoo:transformer_block: OK" in out
+    assert f"latency in the {cpp_runtime.EXECUTOR}, 20 calls" in out

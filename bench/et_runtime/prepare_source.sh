@@ -33,7 +33,15 @@ paths=(CMakeLists.txt CMakePresets.json Test.cmake version.txt tools runtime ker
        configurations devtools shim_et extension third-party/CMakeLists.txt
        backends/aoti backends/cuda backends/xnnpack backends/backends.bzl)
 # git archive of the whole tree fails on blobs the mirror lacks; these paths are complete.
-"${et[@]}" archive --format=tar "$ET_REV" -- "${paths[@]}" | tar -x -C "$tree"
+# One path at a time, by its own tree or blob: git 2.39 walks (and fails on) the whole tree
+# even with a pathspec.
+for p in "${paths[@]}"; do
+  if [ "$("${et[@]}" cat-file -t "$ET_REV:$p")" = tree ]; then
+    "${et[@]}" archive --format=tar --prefix="$p/" "$ET_REV:$p" | tar -x -C "$tree"
+  else
+    mkdir -p "$tree/$(dirname "$p")" && "${et[@]}" show "$ET_REV:$p" >"$tree/$p"
+  fi
+done
 # Trim what no CMake build reads: Python, tests, docs, other extensions' models.
 rm -rf "$tree/extension/"{android,apple,wasm,llm/apple,benchmark,training/examples} \
        "$tree/backends/cuda/"{tests,benchmarks,triton,passes} "$tree/backends/xnnpack/test" \

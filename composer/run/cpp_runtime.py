@@ -130,9 +130,7 @@ def run_pte_detailed(
             command += ["--threads", str(threads)]
         if mempool_keep:
             command += ["--mempool-keep"]
-        done = subprocess.run(
-            command, check=False, capture_output=True, text=True, timeout=timeout
-        )
+        done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout)
         report = None
         for line in done.stdout.splitlines():
             if line.startswith("{"):
@@ -177,9 +175,14 @@ def runner_path() -> str | None:
 
 
 def run_program(
-    runner: str, buffer: bytes, data_files: Mapping[str, bytes], inputs: Sequence[torch.Tensor]
+    runner: str,
+    buffer: bytes,
+    data_files: Mapping[str, bytes],
+    inputs: Sequence[torch.Tensor],
+    threads: int | None = None,
 ) -> list[torch.Tensor | None]:
-    """The outputs of one call of ``buffer`` (with its .ptd ``data_files``) in the runner."""
+    """The outputs of one call of ``buffer`` (with its .ptd ``data_files``) in the runner, from
+    a freshly loaded program (state it keeps starts as written); ``threads``: XNNPACK's."""
     with tempfile.TemporaryDirectory(prefix="composer_pte_") as directory:
         pte = os.path.join(directory, "program.pte")
         with open(pte, "wb") as out:
@@ -190,7 +193,9 @@ def run_program(
             with open(paths[-1], "wb") as out:
                 out.write(data)
         try:
-            outputs, _seconds = run_pte(runner, pte, paths, list(inputs), repeats=1, warmup=0)
+            outputs, _seconds = run_pte(
+                runner, pte, paths, list(inputs), repeats=1, warmup=0, threads=threads
+            )
         except RunnerError as error:
             raise ComposerError(f"{EXECUTOR} ({runner}) failed: {error}") from error
     return outputs
