@@ -16,8 +16,14 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import PartitionError, PluginError
 from composer.contract.op_names import op_name
-from composer.planning.convex import partition_by_support
-from composer.planning.guards import TAG, foreign_delegate_nodes, tag_constants
+from composer.planning.boundary import partition_within_boundary
+from composer.planning.guards import (
+    TAG,
+    constant_placeholders,
+    foreign_delegate_nodes,
+    mutated_buffer_placeholders,
+    tag_constants,
+)
 from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 from composer.planning.support import Support, evaluate_support, native_partitioner, plugin_label
 from composer.planning.validate import check_lowerable
@@ -224,7 +230,20 @@ class ComposerPartitioner(Partitioner):
             return True
 
         started = time.perf_counter()
-        partitions = partition_by_support(graph, is_offered_and_taken, self.min_partition_size)
+        bounded = partition_within_boundary(
+            graph,
+            is_offered_and_taken,
+            self.min_partition_size,
+            support.refuses_at_boundary,
+            (
+                self._movable_constants(exported_program, guarded)
+                if support.refuses_at_boundary is not None
+                else set()
+            ),
+        )
+        partitions = bounded.partitions
+        for name, why in bounded.left_out.items():
+            declined[name] = f"left out of its partition: {why}"
         in_partition = {node for members in partitions for node in members}
         for node in graph.nodes:
             if (
@@ -248,7 +267,7 @@ class ComposerPartitioner(Partitioner):
             for node in members:
                 node.meta[TAG] = tag
             tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
-        duplicated = tag_constants(exported_program, support.wanted_constants)
+        duplicated = tag_constants(exported_program, support.wanted_constants | bounded.constants)
         check_lowerable(graph, f"backend {self.backend.name!r}")
         self._report(partitions, time.perf_counter() - started)
         if self.on_partition is not None:
@@ -288,6 +307,19 @@ class ComposerPartitioner(Partitioner):
         return found[0]
 
     # --- helpers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _movable_constants(
+        program: ExportedProgram, guarded: set[torch.fx.Node]
+    ) -> set[torch.fx.Node]:
+        """Constants a partition may take in (duplicated where others read them too) rather
+        than receive across its boundary: not mutated, and read by no earlier delegate."""
+        mutated = mutated_buffer_placeholders(program)
+        return {
+            node
+            for node in constant_placeholders(program)
+            if node not in mutated and not any(user in guarded for user in node.users)
+        }
 
     def _left_before(self, node: torch.fx.Node) -> str | None:
         # What this backend left whole it leaves in pieces too: a pin on a node holds for

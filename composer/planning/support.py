@@ -32,6 +32,9 @@ class Support:
     why_not: Callable[[torch.fx.Node], str]
     compile_specs: list[CompileSpec]  # those of the plugin's native partitioner, if any
     wanted_constants: set[torch.fx.Node]  # constants its native partitioner tagged
+    # why a tensor (named by the node producing it) cannot be a delegate input or output of
+    # this backend, or None if it can (composer.planning.boundary); None: every tensor can
+    refuses_at_boundary: Callable[[torch.fx.Node], str | None] | None = None
 
     def names(self, graph: torch.fx.Graph, guarded: set[torch.fx.Node]) -> set[str]:
         """Names of the ops of ``graph`` it takes, partition sizes aside."""
@@ -116,7 +119,33 @@ def evaluate_support(
             )
         return reason or "unsupported op"
 
-    return Support(takes, why_not, [], set())
+    return Support(takes, why_not, [], set(), _boundary_check(support, who))
+
+
+def _boundary_check(
+    support: OperatorSupportBase, who: str
+) -> Callable[[torch.fx.Node], str | None] | None:
+    """The support object's ``reason_unsupported_at_boundary``, every answer checked."""
+    explain = getattr(support, "reason_unsupported_at_boundary", None)
+    if explain is None:
+        return None
+
+    def refuses(node: torch.fx.Node) -> str | None:
+        try:
+            reason = explain(node)
+        except Exception as error:
+            raise PluginError(
+                f"{who}.reason_unsupported_at_boundary raised on node {node.name}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        if reason is not None and not isinstance(reason, str):
+            raise PluginError(
+                f"{who}.reason_unsupported_at_boundary returned {type(reason).__name__} for "
+                f"node {node.name}; it must return a string or None."
+            )
+        return reason or None
+
+    return refuses
 
 
 def _native_support(

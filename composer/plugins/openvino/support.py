@@ -37,6 +37,58 @@ class OpenvinoSupport(OperatorSupportBase):
     def reason_unsupported(self, node: torch.fx.Node) -> str | None:
         return "not in OpenVINO's table of supported ops"
 
+    def reason_unsupported_at_boundary(self, node: torch.fx.Node) -> str | None:
+        """Why the tensor ``node`` produces cannot be an input or output of an OpenVINO
+        delegate, or ``None`` if it can (composer keeps partitions' boundaries to these)."""
+        return boundary_refusal(node.meta.get("val"))
+
+
+# The dtypes ExecuTorch's OpenVINO runtime binds (OpenvinoBackend.cpp,
+# convert_to_openvino_type); any other fails the delegate call.
+BOUNDARY_DTYPES = frozenset(
+    {
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    }
+)
+
+
+def boundary_refusal(value: object) -> str | None:
+    """Why ExecuTorch 1.5.1's OpenVINO runtime cannot bind ``value`` (a node's ``meta["val"]``)
+    as a delegate input or output, or ``None`` if it can.
+
+    ``OpenvinoBackend::execute`` wraps each delegate tensor for OpenVINO by its sizes and data
+    pointer alone (``create_ov_tensor``): a 0-d tensor fails there (OpenVINO's C API
+    ``ov_shape_create`` takes rank 1 or more) and the call fails with error 0x1; a tensor in a
+    dim order other than contiguous is read and written as if contiguous, which gives wrong
+    values without an error. Inside a delegate neither matters. Non-tensors (an int input)
+    are bound as they are.
+    """
+    if not isinstance(value, torch.Tensor):
+        return None
+    if value.dim() == 0:
+        return (
+            "a 0-d tensor, which OpenVINO's runtime cannot bind (ov_shape_create takes rank 1 "
+            "or more; the delegate call would fail with error 0x1)"
+        )
+    if value.dtype not in BOUNDARY_DTYPES:
+        return f"a {value.dtype} tensor, a dtype OpenVINO's runtime does not bind"
+    if not _laid_out_contiguous(value):
+        order = tuple(value.dim_order())
+        return (
+            f"a tensor in dim order {order}, which OpenVINO's runtime would read and write as "
+            "contiguous (wrong values)"
+        )
+    return None
+
 
 def takes_op(op: torch._ops.OpOverload) -> bool:
     """Whether ExecuTorch's OpenVINO support check takes a call of the ATen op ``op``.
@@ -58,3 +110,12 @@ def takes_op(op: torch._ops.OpOverload) -> bool:
     node = graph.call_function(edge_op, ())
     with contextlib.redirect_stdout(io.StringIO()):
         return bool(OpenvinoOperatorsSupport().is_node_supported({}, node))
+
+
+def _laid_out_contiguous(value: torch.Tensor) -> bool:
+    """Whether ``value``'s memory is laid out as a contiguous tensor of its sizes (dims of
+    size 1 aside: a (1, C, 1, 1) tensor is, in either dim order)."""
+    try:
+        return bool(value.is_contiguous())
+    except Exception:  # noqa: BLE001 - symbolic sizes it cannot decide: go by the dim order
+        return list(value.dim_order()) == list(range(value.dim()))
