@@ -1,0 +1,91 @@
+"""What the plugins for the vendor backends of ExecuTorch's wheel share.
+
+Vulkan, Core ML, QNN, WebGPU, Arm (Ethos-U, VGF), MPS and MLX: each plugin asks its backend's
+own operator-support check, node by node, so composer's guards, pins, minimum sizes and
+placement apply to it, and keeps the reason the check gives for every node it declines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+from collections.abc import Callable, Iterator, Mapping
+
+import torch.fx
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from composer.contract.backend_spec import DEVICES
+
+ON_OFF = ("ON", "OFF")
+
+# The device a delegate's data lives on, for counting crossings. The contract names "cpu",
+# "cuda" and "mps"; a mobile GPU or NPU is neither the host nor CUDA, but what matters to a
+# plan is only that its data leaves the host's memory, which any non-host device says: until
+# the contract names "gpu" and "npu", such a backend counts its crossings as "cuda" would.
+_STAND_IN_DEVICE = "cuda"
+
+
+def device(kind: str) -> str:
+    """``kind`` ("gpu", "npu", "mps") if the contract knows it, else a device that counts the
+    same crossings (every device but the host's)."""
+    return kind if kind in DEVICES else _STAND_IN_DEVICE
+
+
+def is_on(options: Mapping[str, str], name: str) -> bool:
+    return options.get(name, "OFF").upper() == "ON"
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Run vendor code without its prints and log lines below errors, and without letting it
+    change the root logger.
+
+    ExecuTorch's Vulkan partitioner sets the root logger to INFO when imported, which would
+    print every INFO line of every library afterwards; coremltools logs a line per missing
+    macOS library when imported on Linux, and its converters a progress bar per pass.
+    """
+    root = logging.getLogger()
+    level = root.level
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logging.disable(disabled)
+        root.setLevel(level)
+
+
+def import_problem(module: str) -> str | None:
+    """Why ``module`` does not import here (one line), or ``None`` when it does."""
+    try:
+        with quiet():
+            importlib.import_module(module)
+    except Exception as error:  # noqa: BLE001 - any failure to import means the same to a user
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return f"{module} does not import ({type(error).__name__}: {first})"
+    return None
+
+
+class CheckedSupport(OperatorSupportBase):
+    """A backend's own support check as composer asks it: ``check(node)`` answers
+    ``(takes it, why not)``; the reason is kept for the plan."""
+
+    def __init__(self, check: Callable[[torch.fx.Node], tuple[bool, str]]) -> None:
+        self._check = check
+        self._reasons: dict[torch.fx.Node, str | None] = {}
+
+    def _answer(self, node: torch.fx.Node) -> str | None:
+        if node not in self._reasons:
+            with quiet():
+                ok, reason = self._check(node)
+            self._reasons[node] = None if ok else (reason or "unsupported op")
+        return self._reasons[node]
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return self._answer(node) is None
+
+    def reason_unsupported(self, node: torch.fx.Node) -> str | None:
+        return self._answer(node)
