@@ -33,7 +33,7 @@ import torch.fx
 
 import composer
 from composer import zoo
-from composer.run import aoti_host
+from composer.run import aoti_host, cuda_manifest
 from composer.run.aoti_host import reference_on
 from composer.run.compare import compare, default_tolerance, flatten_tensors
 
@@ -96,11 +96,11 @@ def pte_check(composition) -> dict:
     pte = deserialize_pte_binary(composition.buffer)
     in_pte = set(pte.named_data.pte_data) if pte.named_data is not None else set()
     delegates = pte.program.execution_plan[0].delegates
-    manifests = aoti_host.cuda_manifests(composition.buffer)
-    data = aoti_host.named_data(composition.buffer, composition.data_files)
+    manifests = cuda_manifest.cuda_manifests(composition.buffer)
+    data = cuda_manifest.named_data(composition.buffer, composition.data_files)
     weights = []
     for manifest in manifests:
-        problems = aoti_host.missing_weights(manifest, data)
+        problems = cuda_manifest.missing_weights(manifest, data)
         weights.append(
             {
                 "so_key": manifest.so_blob_key[-24:],

@@ -23,9 +23,9 @@ import composer
 from composer import zoo
 from composer.contract.errors import ComposerError
 from composer.measure import hosted_trace
-from composer.run import aoti_host, runtime, torch_free_runtime
-from composer.run.aoti_host import ManifestFormatError, parse_manifest
+from composer.run import aoti_host, cuda_manifest, runtime, torch_free_runtime
 from composer.run.compare import compare, flatten_tensors
+from composer.run.cuda_manifest import ManifestFormatError, parse_manifest
 from composer.run.runtime import LoadedProgram
 
 FIXTURE = Path(__file__).parent / "data" / "aoti"
@@ -77,9 +77,9 @@ def _written_by_executorch(tmp_path, weights, device_type=writer.AOTI_DEVICE_TYP
 
 
 def test_executorch_still_writes_the_manifest_version_composer_reads():
-    assert writer.CUDA_WEIGHT_CACHE_MAGIC == aoti_host.MANIFEST_MAGIC, (
+    assert writer.CUDA_WEIGHT_CACHE_MAGIC == cuda_manifest.MANIFEST_MAGIC, (
         f"ExecuTorch's CUDA manifest is now {writer.CUDA_WEIGHT_CACHE_MAGIC!r}; composer reads "
-        f"{aoti_host.MANIFEST_MAGIC!r}. Update composer/aoti_host.py:parse_manifest."
+        f"{cuda_manifest.MANIFEST_MAGIC!r}. Update composer/run/cuda_manifest.py:parse_manifest."
     )
 
 
@@ -101,7 +101,7 @@ def test_manifest_written_by_executorch_reads_back_every_field(tmp_path):
     keys = {entry.fqn: entry.storage_key for entry in manifest.entries}
     assert keys["layer.weight"] == "cuda_fqn_weight:cpu:layer.weight"
     assert keys["_tensor_constant0"] == f"cuda_fqn_weight:cpu:{so_key}:_tensor_constant0"
-    assert aoti_host.missing_weights(manifest, data) == []
+    assert cuda_manifest.missing_weights(manifest, data) == []
 
 
 def test_cuda_placed_weights_are_marked_for_the_gpu(tmp_path):
@@ -118,7 +118,7 @@ def test_missing_or_resized_weights_are_named(tmp_path):
     del data["cuda_fqn_weight:cpu:layer.bias"]
     data["cuda_fqn_weight:cpu:steps"] = data["cuda_fqn_weight:cpu:steps"][:-8]
     del data[so_key]
-    assert aoti_host.missing_weights(manifest, data) == [
+    assert cuda_manifest.missing_weights(manifest, data) == [
         f"{so_key}: no .so",
         "cuda_fqn_weight:cpu:layer.bias: not in the named data",
         "cuda_fqn_weight:cpu:steps: 16 bytes, manifest says 24",
@@ -150,7 +150,7 @@ def test_unknown_dtype_code_is_a_format_change():
         [struct.pack("<I", 1), b"w", struct.pack("<I", 3), b"key"]
         + [struct.pack("<QiiqI", 4, 7, 1, 0, 1), struct.pack("<q", 1), struct.pack("<q", 1)]
     )
-    manifest = aoti_host.MANIFEST_MAGIC + struct.pack("<I", 2) + b"so" + struct.pack("<I", 1)
+    manifest = cuda_manifest.MANIFEST_MAGIC + struct.pack("<I", 2) + b"so" + struct.pack("<I", 1)
     with pytest.raises(ManifestFormatError, match="dtype code"):
         parse_manifest(manifest + entry)  # 7 (double) is not in ExecuTorch 1.5.1's reader
 
@@ -159,7 +159,7 @@ def test_manifest_and_ptd_of_a_real_cuda_program():
     """What composer wrote for zoo:mlp with the real CUDA backend on a GPU (tests/data/aoti/
     README.md), read on any machine: the manifest names the weights the .ptd holds."""
     manifest = parse_manifest((FIXTURE / "mlp_cuda.manifest").read_bytes())
-    data = aoti_host.ptd_named_data((FIXTURE / "mlp_cuda.ptd").read_bytes())
+    data = cuda_manifest.ptd_named_data((FIXTURE / "mlp_cuda.ptd").read_bytes())
     shapes = {name: tuple(p.shape) for name, p in zoo.load("mlp")[0].named_parameters()}
     # AOTInductor kept fc3.bias (8 floats) inside the .so: not every parameter is in the .ptd.
     assert [entry.fqn for entry in manifest.entries] == [
@@ -171,7 +171,7 @@ def test_manifest_and_ptd_of_a_real_cuda_program():
         assert entry.storage_key == f"cuda_fqn_weight:cuda:{entry.fqn}"
     assert set(data) == {entry.storage_key for entry in manifest.entries}
     data[manifest.so_blob_key] = b"the .so lives in the .pte"
-    assert aoti_host.missing_weights(manifest, data) == []
+    assert cuda_manifest.missing_weights(manifest, data) == []
 
 
 def test_moving_the_reference_leaves_the_composition_alone():
@@ -314,7 +314,7 @@ def test_compiled_delegates_match_eager(model_name, stack, host):
     assert all(t.device.type == host for t in flatten_tensors(actual))
     ok, worst = compare([t.cpu() for t in flatten_tensors(actual)], expected)
     assert ok, f"max |.so - eager| = {worst}"
-    assert aoti_host.weights_check(composition.buffer, composition.data_files) == [
+    assert cuda_manifest.weights_check(composition.buffer, composition.data_files) == [
         [] for _ in compiled
     ]
 
@@ -343,8 +343,8 @@ def test_weights_come_from_the_ptd():
     """Zero every weight the manifest binds from the .ptd: the .so then computes what eager
     computes with those parameters zeroed, not what the trained model computes."""
     composition = _composed("mlp", ("cuda",))
-    (manifest,) = aoti_host.cuda_manifests(composition.buffer)
-    data = aoti_host.named_data(composition.buffer, composition.data_files)
+    (manifest,) = cuda_manifest.cuda_manifests(composition.buffer)
+    data = cuda_manifest.named_data(composition.buffer, composition.data_files)
     zeroed = {
         key: bytes(len(value)) if key.startswith("cuda_fqn_weight:") else value
         for key, value in data.items()

@@ -70,8 +70,9 @@ def test_a_partition_its_backend_fails_to_lower_goes_to_the_next_backend_and_the
 def test_strict_placement_moves_nothing_and_says_which_partition_failed(brittle_registry):
     model, inputs = zoo.load("mlp")
     with pytest.raises(
-        ComposerError, match=r"failed to lower: BrittleBackend.preprocess raised ValueError: this compiler cannot "
-        r"build.*'strict' moves nothing"
+        ComposerError,
+        match=r"failed to lower: BrittleBackend.preprocess raised ValueError: this compiler cannot "
+        r"build.*'strict' moves nothing",
     ):
         composer.compose(model, ["brittle", "xnnpack"], inputs, registry=brittle_registry,
                          cache=False, placement="strict")  # fmt: skip

@@ -26,7 +26,7 @@ from composer.planning.plans import Plan
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.names import is_count
 from composer.registry.stack import Stack
-from composer.run import aoti_host, cpu_threads
+from composer.run import aoti_host, cpu_threads, cuda_manifest
 from composer.run.composition import Composition
 
 
@@ -270,7 +270,7 @@ def _measured(
     # With CUDA in the stack, on a GPU, every candidate runs hosted: one way of running
     # for all, or the comparison would measure the executors.
     hosted = aoti_host.host_unavailable_reason() is None and any(
-        b.spec.backend_id == aoti_host.CUDA_BACKEND_ID for b in resolved
+        b.spec.backend_id == cuda_manifest.CUDA_BACKEND_ID for b in resolved
     )
 
     def only(candidate) -> Stack:

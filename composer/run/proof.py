@@ -20,7 +20,7 @@ import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
 from composer.planning.plans import Plan, partition_of
-from composer.run import aoti_host, cpp_runtime
+from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.compare import compare
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, verify
@@ -90,7 +90,7 @@ def can_prove(program: bytes) -> tuple[bool, str]:
     runner = cpp_runtime.runner_path()
     if runner is not None:
         return True, f"{cpp_runtime.EXECUTOR} ({runner})"
-    if aoti_host.CUDA_BACKEND_ID in program_backend_ids(program):
+    if cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(program):
         unavailable = aoti_host.host_unavailable_reason()
         if unavailable is None:
             return True, "CUDA delegates run as their compiled .so (libtorch host)"
@@ -135,8 +135,8 @@ def localize(composition: Provable) -> Culprit | None:
         backend = next(p.backend for p in plan.partitions if p.id == partition)
         return Culprit(backend, partition, tuple(nodes), why)
 
-    has_cuda = aoti_host.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
-    data = aoti_host.named_data(composition.buffer, composition.data_files) if has_cuda else {}
+    has_cuda = cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
+    data = cuda_manifest.named_data(composition.buffer, composition.data_files) if has_cuda else {}
     finder = _DelegateChecker(reference, plan, data)
     with torch.no_grad():
         try:
@@ -174,9 +174,9 @@ class _DelegateChecker(torch.fx.Interpreter):
         )
         single = isinstance(expected, torch.Tensor)
         try:
-            if lowered.backend_id == aoti_host.CUDA_BACKEND_ID:
+            if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
                 delegate = aoti_host.CompiledCudaDelegate(
-                    aoti_host.parse_manifest(lowered.processed_bytes), self.data, "cpu", single
+                    cuda_manifest.parse_manifest(lowered.processed_bytes), self.data, "cpu", single
                 )
             else:
                 delegate = aoti_host.RuntimeDelegate(lowered, "cpu", single)

@@ -18,7 +18,7 @@ import torch
 
 from composer.contract.backend_spec import Tolerance
 from composer.planning.plans import Plan
-from composer.run import aoti_host, cpp_runtime
+from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.compare import compare
 from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
 
@@ -81,7 +81,7 @@ def _executor(composition: Checkable):
     can_run, reason = runtime_can_run(composition.buffer)
     if can_run:
         return RUNTIME, reason, lambda inputs: run_program(composition.buffer, inputs)
-    has_cuda = aoti_host.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
+    has_cuda = cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
     runner = cpp_runtime.runner_path()
     if runner is not None:
         # ExecuTorch's own runtime, built with CUDA and XNNPACK: the program as it deploys.
