@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -161,10 +162,14 @@ def test_model_that_fails_to_export_is_a_model_error():
 def installed_plugins(tmp_path_factory) -> Path:
     """The sample and broken plugin packages, pip-installed into a directory of their own."""
     target = tmp_path_factory.mktemp("site")
+    sources = tmp_path_factory.mktemp("sources")
     for package in ("sample_plugin", "broken_plugin"):
+        # Built from a copy: setuptools writes build/ and an .egg-info into the folder it
+        # builds, and an .egg-info in tests/ is an installed plugin to every other test.
+        source = shutil.copytree(HERE / package, sources / package)
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-             "--no-index", "--target", str(target), str(HERE / package)],
+             "--no-index", "--target", str(target), str(source)],
             check=True,
             capture_output=True,
         )  # fmt: skip
