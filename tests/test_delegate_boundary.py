@@ -128,6 +128,23 @@ def test_openvino_alone_leaves_channels_last_tensors_outside_its_delegate():
     assert any("dim order (0, 2, 3, 1)" in why for why in reasons.values()), reasons
 
 
+class Strided(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.as_strided(x * 2, (4, 4), (1, 4)) + 1
+
+
+def test_openvino_does_not_claim_as_strided_which_its_preprocess_cannot_convert():
+    # A real ConvNeXt failed to lower with OpenVINO for this op (OpConversionFailure: "Couldn't
+    # retrieve input stride information"): it goes to portable kernels, and the plan says why.
+    composition = composer.compose(
+        Strided().eval(), ["openvino"], (torch.randn(4, 4),), cache=False, check=False
+    )
+    assert_runs_and_matches_eager(composition)
+    assert composition.plan.ops_on("portable") == {"aten.as_strided_copy.default": 1}
+    (why,) = openvino_fallbacks(composition.plan).values()
+    assert "preprocess would raise OpConversionFailure" in why
+
+
 # ------------------------------------------------------------------ the rule on plain graphs
 
 
