@@ -67,7 +67,7 @@ def assert_verified_by_reference(composition: composer.Composition, backend_id: 
 
 def test_every_backend_of_the_wheel_registers_through_an_entry_point():
     backends = default_registry().backends
-    for name in ("vulkan",):
+    for name in ("vulkan", "coreml"):
         assert backends[name].origin.distribution == "executorch-composer"
         assert backends[name].origin.name == name
 
@@ -158,16 +158,113 @@ def test_vulkan_lowers_the_transformer_block():
     assert "VulkanBackend" in delegate_backend_ids(composition.buffer)
 
 
+# --- Core ML ----------------------------------------------------------------------------
+
+
+@needs_coremltools
+@pytest.mark.parametrize("model_name", ["mlp", "cnn", "mobilenet"])
+def test_coreml_then_xnnpack_writes_ml_program_packages_and_matches_eager(model_name):
+    from composer.plugins.coreml import describe_payload
+
+    composition = composed(model_name, ("coreml", "xnnpack"))
+    ids = delegate_backend_ids(composition.buffer)
+    assert "CoreMLBackend" in ids
+    assert set(ids) <= {"CoreMLBackend", "XnnpackBackend"}
+    for _specs, payload in delegates(composition.buffer, "CoreMLBackend"):
+        # ExecuTorch's flattened folder: metadata.json beside model.mlpackage, an ML program.
+        assert describe_payload(payload).startswith("Core ML model package (ML program")
+    assert_verified_by_reference(composition, "CoreMLBackend")
+
+
+@needs_coremltools
+def test_coreml_states_its_float16_tolerance_and_coremltools_version():
+    from importlib.metadata import version
+
+    plan = composed("mlp", ("coreml", "xnnpack")).plan
+    assert plan.tolerances["coreml"].atol == pytest.approx(1e-2)
+    assert "float16" in plan.tolerances["coreml"].reason
+    assert plan.libraries == {"coreml": f"coremltools {version('coremltools')}"}
+
+
+@needs_coremltools
+def test_a_payload_of_another_format_is_not_taken_for_a_core_ml_package():
+    from composer.plugins.coreml import describe_payload
+
+    with pytest.raises((ValueError, RuntimeError)):
+        describe_payload(b"not a flattened Core ML folder" * 8)
+
+
+@needs_coremltools
+@pytest.mark.parametrize(
+    ("model_name", "op", "why"),
+    [
+        # F.max_pool2d(x, 2) leaves the stride to its default; coremltools' converter needs it.
+        ("unet", "aten.max_pool2d", "needs the stride argument"),
+        # A KV cache written at input_pos (k_cache[:, :, input_pos] = k): four positions.
+        ("llama_decoder", "aten.index_put", "single-element indices"),
+    ],
+)
+def test_coreml_leaves_calls_coremltools_fails_to_convert_to_the_next_backend(model_name, op, why):
+    composition = composed(model_name, ("coreml", "xnnpack"))
+    plan = composition.plan
+    # op: the name's start (max_pool2d stays whole when XNNPACK, next, asks for it)
+    assert not [name for name in plan.ops_on("coreml") if name.startswith(op)]
+    assert plan.ops_on("coreml"), "Core ML still takes the rest"
+    # Predicted, not found by a failed lowering: nothing had to move.
+    assert plan.repairs == ()
+    nodes = [node for node, node_op in plan.node_ops.items() if node_op.startswith(op)]
+    assert nodes
+    for node in nodes:
+        assert why in dict(plan.explain(node))["coreml"]
+    assert_verified_by_reference(composition, "CoreMLBackend")
+
+
+@needs_coremltools
+def test_coreml_options_reach_its_compile_specs_and_the_model():
+    from composer.plugins.coreml import describe_payload
+
+    options = {
+        "compute_units": "cpu_only",
+        "minimum_deployment_target": "iOS17",
+        "compute_precision": "FLOAT32",
+    }
+    composition = composed("mlp", ("coreml",), options={"coreml": options})
+    (specs, payload), *_ = delegates(composition.buffer, "CoreMLBackend")
+    assert specs["compute_units"] == b"cpu_only"
+    assert specs["min_deployment_target"] == b"8"  # ct.target.iOS17
+    assert specs["model_compute_precision"] == b"float32"
+    assert "specification 8" in describe_payload(payload)
+
+
+@needs_coremltools
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS compiles Core ML models")
+def test_a_compiled_core_ml_model_is_refused_off_macos_with_what_to_use():
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(composer.ComposerError, match="COMPILED_MODEL .* needs macOS.*use MODEL"):
+        composer.compose(
+            model, ["coreml"], inputs, options={"coreml": {"model_type": "compiled_model"}}
+        )
+
+
 # --- golden plans of the stacks users ship ---------------------------------------------
 
 GOLDEN_MODELS = ["mlp", "cnn", "mobilenet", "resnet", "llama_block", "tied_lm", "unet"]
-LOWERING_STACKS = {"vulkan-xnnpack": ["vulkan", "xnnpack"]}
+LOWERING_STACKS = {
+    "vulkan-xnnpack": ["vulkan", "xnnpack"],
+    "coreml-xnnpack": pytest.param(["coreml", "xnnpack"], marks=needs_coremltools),
+}
 
 
-@pytest.mark.parametrize("stack", list(LOWERING_STACKS))
+@pytest.mark.parametrize(
+    ("stack", "backends"),
+    [
+        pytest.param(name, *getattr(v, "values", (v,)), marks=getattr(v, "marks", ()), id=name)
+        for name, v in LOWERING_STACKS.items()
+    ],
+)
 @pytest.mark.parametrize("model_name", GOLDEN_MODELS)
-def test_stack_users_ship(composer_check, model_name, stack):
+def test_stack_users_ship(composer_check, model_name, stack, backends):
     model, inputs = zoo.load(model_name)
-    result = composer_check(model, LOWERING_STACKS[stack], inputs, golden=f"{model_name}.{stack}")
+    result = composer_check(model, backends, inputs, golden=f"{model_name}.{stack}")
     assert result.plan.partitions
     assert result.plan.repairs == (), "every partition lowered as planned"
