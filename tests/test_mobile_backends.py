@@ -67,7 +67,7 @@ def assert_verified_by_reference(composition: composer.Composition, backend_id: 
 
 def test_every_backend_of_the_wheel_registers_through_an_entry_point():
     backends = default_registry().backends
-    for name in ("vulkan", "coreml"):
+    for name in ("vulkan", "coreml", "qnn"):
         assert backends[name].origin.distribution == "executorch-composer"
         assert backends[name].origin.name == name
 
@@ -246,6 +246,71 @@ def test_a_compiled_core_ml_model_is_refused_off_macos_with_what_to_use():
         )
 
 
+# --- QNN (plan only: lowering needs Qualcomm's SDK) -------------------------------------
+
+
+@pytest.fixture
+def without_qnn_sdk(monkeypatch):
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
+
+
+def test_qnn_says_what_would_let_it_lower(without_qnn_sdk, tmp_path, monkeypatch):
+    registry = default_registry()
+    reason = registry.unavailable_reason(registry.backends["qnn"])
+    assert "QNN SDK" in reason and "QNN_SDK_ROOT" in reason
+    monkeypatch.setenv("QNN_SDK_ROOT", str(tmp_path))
+    assert "has no lib/x86_64-linux-clang" in registry.unavailable_reason(registry.backends["qnn"])
+
+
+def test_qnn_then_xnnpack_plans_with_a_stand_in(without_qnn_sdk):
+    model, inputs = zoo.load("mobilenet")
+    plan = composer.plan(model, ["qnn", "xnnpack"], inputs)
+    assert plan.stand_ins == ("qnn",)
+    assert "qnn (stand-in)" in plan.summary_table()
+    # QNN's op builders cover the whole small MobileNet: one partition, nothing left over.
+    assert plan.ops_on("qnn")["aten.convolution.default"] == 5
+    assert [p.backend for p in plan.partitions] == ["qnn"]
+    assert plan.tolerances["qnn"].atol == pytest.approx(1e-2)
+
+
+def test_qnn_says_why_it_leaves_an_op(without_qnn_sdk):
+    model, inputs = zoo.load("cumsum_mlp")
+    plan = composer.plan(model, ["qnn", "xnnpack"], inputs)
+    assert plan.ops_on("qnn")["aten.cumsum.default"] == 1  # QNN has a cumsum builder
+    model, inputs = zoo.load("transformer_block")
+    plan = composer.plan(model, ["qnn", "xnnpack"], inputs)
+    nodes = [n for n, op in plan.node_ops.items() if op == "aten.any.dim"]
+    assert nodes and dict(plan.explain(nodes[0]))["qnn"] == "no QNN op builder for it"
+
+
+def test_compose_refuses_qnn_with_the_reason(without_qnn_sdk):
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(composer.BackendListError, match="cannot lower on this machine: .*QNN SDK"):
+        composer.compose(model, ["qnn", "xnnpack"], inputs)
+
+
+def test_qnn_options_make_its_compile_specs_without_the_sdk():
+    from executorch.backends.qualcomm.serialization.qc_schema import (
+        QcomChipset,
+        QnnExecuTorchBackendType,
+        QnnExecuTorchHtpPrecision,
+    )
+    from executorch.backends.qualcomm.serialization.qc_schema_serialize import (
+        flatbuffer_to_option,
+    )
+
+    from composer.plugins.qnn import compile_specs
+
+    (spec,) = compile_specs({"soc_model": "SM8750"})
+    option = flatbuffer_to_option(spec.value)
+    assert option.soc_info.soc_model == QcomChipset.SM8750
+    assert option.backend_options.backend_type == QnnExecuTorchBackendType.kHtpBackend
+    assert option.backend_options.htp_options.precision == QnnExecuTorchHtpPrecision.kHtpFp16
+    (spec,) = compile_specs({"backend": "gpu"})
+    gpu = flatbuffer_to_option(spec.value).backend_options.backend_type
+    assert gpu == QnnExecuTorchBackendType.kGpuBackend
+
+
 # --- golden plans of the stacks users ship ---------------------------------------------
 
 GOLDEN_MODELS = ["mlp", "cnn", "mobilenet", "resnet", "llama_block", "tied_lm", "unet"]
@@ -268,3 +333,14 @@ def test_stack_users_ship(composer_check, model_name, stack, backends):
     result = composer_check(model, backends, inputs, golden=f"{model_name}.{stack}")
     assert result.plan.partitions
     assert result.plan.repairs == (), "every partition lowered as planned"
+
+
+PLANNED_STACKS = {"qnn-xnnpack": ["qnn", "xnnpack"]}
+
+
+@pytest.mark.parametrize("stack", list(PLANNED_STACKS))
+@pytest.mark.parametrize("model_name", [*GOLDEN_MODELS, "transformer_block", "llama_decoder"])
+def test_stack_users_ship_planned_here(composer_check, without_qnn_sdk, model_name, stack):
+    model, inputs = zoo.load(model_name)
+    result = composer_check(model, PLANNED_STACKS[stack], inputs, golden=f"{model_name}.{stack}")
+    assert not result.verified and result.plan.stand_ins == (PLANNED_STACKS[stack][0],)
