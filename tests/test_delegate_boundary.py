@@ -128,6 +128,24 @@ def test_openvino_alone_leaves_channels_last_tensors_outside_its_delegate():
     assert any("dim order (0, 2, 3, 1)" in why for why in reasons.values()), reasons
 
 
+def test_xnnpack_then_openvino_runs_timm_ghostnet_block_as_composed():
+    # timm's GhostModule ends in out[:, :out_chs], a full slice: an alias_copy. XNNPACK leaves
+    # those, and an OpenVINO delegate of nothing but aliases never wrote its outputs: the
+    # program ran and was wrong (ghostnet: max error 0.16).
+    from composer import corpus
+
+    ghostnet = corpus._library("timm").models.ghostnet
+    torch.manual_seed(0)
+    model = ghostnet.GhostBottleneck(16, 32, 16).eval()
+    inputs = (torch.randn(1, 16, 16, 16),)
+    composition = composer.compose(model, ["xnnpack", "openvino"], inputs, cache=False, check=False)
+    assert_runs_and_matches_eager(composition)
+    plan = composition.plan
+    assert plan.ops_on("portable") == {"aten.alias_copy.default": 4}
+    for why in openvino_fallbacks(plan).values():
+        assert "a delegate input passed through unchanged" in why, why
+
+
 class Strided(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.as_strided(x * 2, (4, 4), (1, 4)) + 1
@@ -183,7 +201,7 @@ def test_random_dags_keep_refused_values_inside_and_stay_convex(
         graph,
         lambda node: support.is_node_supported({}, node),
         1,
-        lambda node: "refused" if node in refused else None,
+        lambda node, partition: "refused" if node in refused else None,
         set(),
     )
     assert find_tag_cycle(graph, tags(bounded.partitions)) is None
@@ -220,7 +238,7 @@ def test_a_refused_value_pulls_its_producer_and_readers_out_of_the_partition():
         graph,
         lambda n: n is not node["sum"],
         1,
-        lambda n: "refused" if n in refused else None,
+        lambda n, partition: "refused" if n in refused else None,
         set(),
     )
     kept = {n for members in bounded.partitions for n in members}
@@ -238,16 +256,44 @@ def test_a_refused_constant_joins_the_partition_that_reads_it():
         graph,
         lambda n: True,
         1,
-        lambda n: "refused" if n is node["table"] else None,
+        lambda n, partition: "refused" if n is node["table"] else None,
         {node["table"]},
     )
     assert bounded.constants == {node["table"]}
     assert bounded.left_out == {}
     # Not movable (a mutated buffer): its reader is left out instead.
     kept_out = partition_within_boundary(
-        graph, lambda n: True, 1, lambda n: "refused" if n is node["table"] else None, set()
+        graph,
+        lambda n: True,
+        1,
+        lambda n, partition: "refused" if n is node["table"] else None,
+        set(),
     )
     assert set(kept_out.left_out) == {node["mul"].name}
+
+
+def test_a_chain_that_passes_a_delegate_input_through_is_left_out_whole():
+    from composer.plugins.openvino.support import passes_through
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    outside = graph.call_function(torch.ops.aten.relu.default, (x,))
+    first = graph.call_function(torch.ops.aten.alias_copy.default, (outside,))
+    second = graph.call_function(torch.ops.aten.alias_copy.default, (first,))
+    computed = graph.call_function(torch.ops.aten.exp.default, (outside,))
+    graph.output((second, computed))
+    bounded = partition_within_boundary(
+        graph,
+        lambda n: n is not outside,
+        1,
+        lambda n, part: "passed through" if n in part and passes_through(n, part) else None,
+        set(),
+    )
+    assert [[n.name for n in members] for members in bounded.partitions] == [[computed.name]]
+    assert bounded.left_out == {
+        second.name: "its output would leave the delegate as passed through",
+        first.name: "its output would leave the delegate as passed through",
+    }
 
 
 def test_a_getitem_carrying_a_refused_value_leaves_its_op_out():
@@ -259,7 +305,7 @@ def test_a_getitem_carrying_a_refused_value_leaves_its_op_out():
     out = graph.call_function(torch.relu, (values,))
     graph.output((out, indices))
     bounded = partition_within_boundary(
-        graph, lambda n: True, 1, lambda n: "refused" if n is indices else None, set()
+        graph, lambda n: True, 1, lambda n, p: "refused" if n is indices else None, set()
     )
     kept = {n.name for members in bounded.partitions for n in members}
     assert kept == {"relu"}
@@ -275,7 +321,7 @@ class TakesReluAndLinear(OperatorSupportBase):
 
 
 class NumericBoundary(TakesReluAndLinear):
-    def reason_unsupported_at_boundary(self, node):
+    def reason_unsupported_at_boundary(self, node, partition):
         return 42
 
 

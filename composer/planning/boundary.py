@@ -6,14 +6,16 @@ may not bind every tensor an edge program has. OpenVINO's (ExecuTorch 1.5.1,
 ``backends/openvino/runtime/OpenvinoBackend.cpp``, ``create_ov_tensor``) describes each one
 to OpenVINO by its sizes alone: a 0-d tensor fails there (``ov_shape_create`` takes rank 1
 or more) and the delegate fails with error 0x1 at run time, and a tensor in another dim order
-than contiguous (channels last) is read or written as if it were contiguous. Inside a
-delegate neither matters. So whether a node may go to such a backend depends on where its
-partition ends, which is decided here, not by the backend's per-node support.
+than contiguous (channels last) is read or written as if it were contiguous; and an output
+that is a delegate input passed through unchanged (an alias or a clone of it) is never
+written. Inside a delegate none of this matters. So whether a node may go to such a backend
+depends on where its partition ends, which is decided here, not by per-node support.
 
-A backend's support object says which tensors it refuses at its boundary
-(``reason_unsupported_at_boundary(node) -> str | None``, ``node`` the producer of the tensor).
-Partitions are formed as usual (convex, as few as possible); then every tensor that would
-cross a partition's boundary is asked about: a refused constant (parameter, buffer or lifted
+A backend's support object says which tensors it refuses at a partition's boundary
+(``reason_unsupported_at_boundary(node, partition) -> str | None``: ``node`` produces the
+tensor, ``partition`` holds the nodes of the delegate it would enter or leave). Partitions are
+formed as usual (convex, as few as possible); then every tensor that would cross a
+partition's boundary is asked about: a refused constant (parameter, buffer or lifted
 constant; not a mutated buffer) joins the partition that reads it, duplicated where others
 read it too; a node whose refused output would leave its partition, or that would read a
 refused tensor from outside it, is left out of the partition, and the partitions are formed
@@ -24,16 +26,16 @@ supported set, so each round keeps every property of :func:`partition_by_support
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 import attrs
 import torch.fx
 
 from composer.planning.convex import partition_by_support
 
-# Why a tensor (given as the node that produces it) cannot cross the backend's delegate
-# boundary, or None if it can.
-BoundaryCheck = Callable[[torch.fx.Node], str | None]
+# Why a tensor (given as the node that produces it) cannot enter or leave the delegate made of
+# the partition's nodes (the second argument), or None if it can.
+BoundaryCheck = Callable[[torch.fx.Node, Container[torch.fx.Node]], str | None]
 
 
 @attrs.frozen
@@ -83,12 +85,10 @@ def _refused_crossings(
     part_of = {node: index for index, members in enumerate(partitions) for node in members}
     left_out: dict[torch.fx.Node, str] = {}
     constants: set[torch.fx.Node] = set()
-    answers: dict[torch.fx.Node, str | None] = {}
+    inside = [_Inside(index, part_of, left_out) for index in range(len(partitions))]
 
-    def refused(value: torch.fx.Node) -> str | None:
-        if value not in answers:
-            answers[value] = refuses(value)
-        return answers[value]
+    def refused(value: torch.fx.Node, index: int) -> str | None:
+        return refuses(value, inside[index])
 
     def leave_out(node: torch.fx.Node, why: str) -> None:
         pending = [(node, why)]
@@ -99,30 +99,51 @@ def _refused_crossings(
                 node = node.args[0]
             if node in left_out:
                 continue
+            index = part_of[node]
             left_out[node] = why
             # Left out, it is outside for its neighbours in the partition: what it read from
             # them now leaves the partition, and what it gives them now enters it.
-            index = part_of[node]
             for producer in node.all_input_nodes:
-                if part_of.get(producer) == index and refused(producer):
-                    pending.append((producer, _leaves(refused(producer))))
+                if producer in inside[index] and (reason := refused(producer, index)):
+                    pending.append((producer, _leaves(reason)))
             for value in _values(node):
                 for user in value.users:
-                    if part_of.get(user) == index and refused(value):
-                        pending.append((user, _reads(value, refused(value))))
+                    if user in inside[index] and (reason := refused(value, index)):
+                        pending.append((user, _reads(value, reason)))
 
     for index, members in enumerate(partitions):
         for node in members:
-            if any(part_of.get(user) != index for user in node.users) and refused(node):
-                leave_out(node, _leaves(refused(node)))
+            if node not in inside[index]:
+                continue
+            leaves = any(user not in inside[index] for user in node.users)
+            if leaves and (reason := refused(node, index)):
+                leave_out(node, _leaves(reason))
+                continue
             for producer in node.all_input_nodes:
-                if part_of.get(producer) == index or not refused(producer):
+                if producer in inside[index] or not (reason := refused(producer, index)):
                     continue
                 if producer in movable_constants:
                     constants.add(producer)
                 else:
-                    leave_out(node, _reads(producer, refused(producer)))
+                    leave_out(node, _reads(producer, reason))
+                    break
     return left_out, constants
+
+
+class _Inside:
+    """The nodes of partition ``index`` still in it: a ``Container`` for the boundary check."""
+
+    def __init__(
+        self, index: int, part_of: dict[torch.fx.Node, int], left_out: dict[torch.fx.Node, str]
+    ) -> None:
+        self.index = index
+        self.part_of = part_of
+        self.left_out = left_out
+
+    def __contains__(self, node: object) -> bool:
+        if isinstance(node, torch.fx.Node) and node.target is operator.getitem:
+            node = node.args[0]  # a getitem is where the op it reads is
+        return self.part_of.get(node) == self.index and node not in self.left_out
 
 
 def _values(node: torch.fx.Node) -> list[torch.fx.Node]:

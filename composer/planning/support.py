@@ -7,7 +7,7 @@ here, so a plugin that breaks the contract gets the same ``PluginError`` whichev
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 
 import attrs
 import torch
@@ -19,6 +19,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.contract.errors import ComposerWarning, PluginError
 from composer.contract.op_names import op_name
+from composer.planning.boundary import BoundaryCheck
 from composer.planning.guards import clean_foreign_tags, take_tags
 from composer.planning.validate import describe_path, find_tag_cycle
 from composer.registry.discovery import Backend, Registry
@@ -32,9 +33,10 @@ class Support:
     why_not: Callable[[torch.fx.Node], str]
     compile_specs: list[CompileSpec]  # those of the plugin's native partitioner, if any
     wanted_constants: set[torch.fx.Node]  # constants its native partitioner tagged
-    # why a tensor (named by the node producing it) cannot be a delegate input or output of
-    # this backend, or None if it can (composer.planning.boundary); None: every tensor can
-    refuses_at_boundary: Callable[[torch.fx.Node], str | None] | None = None
+    # why a tensor (named by the node producing it) cannot enter or leave this backend's
+    # delegate of the given partition's nodes, or None if it can (composer.planning.boundary);
+    # None: every tensor can
+    refuses_at_boundary: BoundaryCheck | None = None
 
     def names(self, graph: torch.fx.Graph, guarded: set[torch.fx.Node]) -> set[str]:
         """Names of the ops of ``graph`` it takes, partition sizes aside."""
@@ -122,17 +124,15 @@ def evaluate_support(
     return Support(takes, why_not, [], set(), _boundary_check(support, who))
 
 
-def _boundary_check(
-    support: OperatorSupportBase, who: str
-) -> Callable[[torch.fx.Node], str | None] | None:
+def _boundary_check(support: OperatorSupportBase, who: str) -> BoundaryCheck | None:
     """The support object's ``reason_unsupported_at_boundary``, every answer checked."""
     explain = getattr(support, "reason_unsupported_at_boundary", None)
     if explain is None:
         return None
 
-    def refuses(node: torch.fx.Node) -> str | None:
+    def refuses(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> str | None:
         try:
-            reason = explain(node)
+            reason = explain(node, partition)
         except Exception as error:
             raise PluginError(
                 f"{who}.reason_unsupported_at_boundary raised on node {node.name}: "

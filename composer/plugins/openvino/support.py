@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Container
 
 import torch.fx
 from torch.export import ExportedProgram
@@ -50,10 +51,62 @@ class OpenvinoSupport(OperatorSupportBase):
     def reason_unsupported(self, node: torch.fx.Node) -> str | None:
         return NEVER_CONVERTED.get(op_name(node), "not in OpenVINO's table of supported ops")
 
-    def reason_unsupported_at_boundary(self, node: torch.fx.Node) -> str | None:
-        """Why the tensor ``node`` produces cannot be an input or output of an OpenVINO
-        delegate, or ``None`` if it can (composer keeps partitions' boundaries to these)."""
-        return boundary_refusal(node.meta.get("val"))
+    def reason_unsupported_at_boundary(
+        self, node: torch.fx.Node, partition: Container[torch.fx.Node]
+    ) -> str | None:
+        """Why the tensor ``node`` produces cannot enter or leave the OpenVINO delegate made of
+        ``partition``'s nodes, or ``None`` if it can (composer keeps partitions to these)."""
+        refusal = boundary_refusal(node.meta.get("val"))
+        if refusal is None and node in partition and passes_through(node, partition):
+            return (
+                "a delegate input passed through unchanged (an alias or a clone of it): "
+                "OpenVINO compiles that to no op and its runtime never writes such an output "
+                "(wrong values)"
+            )
+        return refusal
+
+
+# Ops OpenVINO's PyTorch frontend turns into no op at all: the output is the input.
+ALWAYS_IDENTITY = frozenset(
+    {
+        "aten.alias_copy.default",
+        "aten.clone.default",
+        "dim_order_ops._clone_dim_order.default",
+        "aten.detach_copy.default",
+        "aten.lift_fresh_copy.default",
+    }
+)
+# Casts, identities where they keep the dtype (the dim order OpenVINO ignores).
+IDENTITY_WHEN_SAME_DTYPE = frozenset(
+    {"aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default"}
+)
+
+
+def passes_through(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> bool:
+    """Whether ``node``'s output is a tensor from outside ``partition``, unchanged: ``node`` and
+    the nodes between it and that tensor are identities to OpenVINO."""
+    while _is_identity(node):
+        source = node.args[0]
+        if source not in partition:
+            return True
+        node = source
+    return False
+
+
+def _is_identity(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    name = op_name(node)
+    if name in ALWAYS_IDENTITY:
+        return True
+    if name in IDENTITY_WHEN_SAME_DTYPE:
+        out, source = node.meta.get("val"), node.args[0].meta.get("val")
+        return (
+            isinstance(out, torch.Tensor)
+            and isinstance(source, torch.Tensor)
+            and out.dtype == source.dtype
+        )
+    return False
 
 
 # The dtypes ExecuTorch's OpenVINO runtime binds (OpenvinoBackend.cpp,
