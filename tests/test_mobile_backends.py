@@ -67,7 +67,7 @@ def assert_verified_by_reference(composition: composer.Composition, backend_id: 
 
 def test_every_backend_of_the_wheel_registers_through_an_entry_point():
     backends = default_registry().backends
-    for name in ("vulkan", "coreml", "qnn"):
+    for name in ("vulkan", "coreml", "qnn", "webgpu"):
         assert backends[name].origin.distribution == "executorch-composer"
         assert backends[name].origin.name == name
 
@@ -244,6 +244,36 @@ def test_a_compiled_core_ml_model_is_refused_off_macos_with_what_to_use():
         composer.compose(
             model, ["coreml"], inputs, options={"coreml": {"model_type": "compiled_model"}}
         )
+
+
+# --- WebGPU (Vulkan's serialization, the ops WebGPU's runtime implements) ---------------
+
+
+def test_webgpu_then_xnnpack_writes_vulkan_flatbuffers_of_webgpu_ops_only():
+    from executorch.backends.webgpu.test.tester import WEBGPU_SUPPORTED_OPS
+
+    from composer.plugins.webgpu import describe_payload
+
+    composition = composed("mobilenet", ("webgpu", "xnnpack"))
+    plan = composition.plan
+    implemented = {str(op._op) for op in WEBGPU_SUPPORTED_OPS}
+    assert plan.ops_on("webgpu")["aten.convolution.default"] == 5
+    assert set(plan.ops_on("webgpu")) <= implemented
+    # Batch norm is not among them (it is on Vulkan's list): XNNPACK takes it.
+    assert plan.ops_on("xnnpack")["aten._native_batch_norm_legit_no_training.default"] == 5
+    ids = delegate_backend_ids(composition.buffer)
+    assert set(ids) == {"VulkanBackend", "XnnpackBackend"}
+    for specs, payload in delegates(composition.buffer, "VulkanBackend"):
+        assert specs["skip_bool_tensors"] == b"\x01"
+        describe_payload(payload)
+    assert_verified_by_reference(composition, "VulkanBackend")
+
+
+def test_webgpu_leaves_what_its_runtime_lacks_with_the_reason():
+    model, inputs = zoo.load("mlp")
+    plan = composer.plan(model, ["webgpu", "xnnpack"], inputs)
+    assert plan.ops_on("webgpu") == {}  # no linear or relu kernel in WebGPU's runtime
+    assert dict(plan.explain("aten_relu_default"))["webgpu"] == "op is not in allowlist"
 
 
 # --- QNN (plan only: lowering needs Qualcomm's SDK) -------------------------------------

@@ -81,8 +81,14 @@ def compile_options(options: Mapping[str, str]) -> dict[str, object]:
     return result
 
 
-def vulkan_support(program, options: Mapping[str, str]) -> CheckedSupport:
-    """The Vulkan partitioner's own check for ``program``, with the reason for each decline."""
+def vulkan_support(
+    program, options: Mapping[str, str], operator_allowlist: set | None = None
+) -> CheckedSupport:
+    """The Vulkan partitioner's own check for ``program``, with the reason for each decline.
+
+    ``operator_allowlist``: only these edge ops, as ``VulkanPartitioner`` takes it (WebGPU's
+    runtime implements fewer ops than Vulkan's, from the same serialization).
+    """
     with quiet():  # importing it sets the root logger to INFO; quiet() puts it back
         import executorch.backends.vulkan.patterns as vk_patterns
         import executorch.backends.vulkan.utils as vk_utils
@@ -107,6 +113,7 @@ def vulkan_support(program, options: Mapping[str, str]) -> CheckedSupport:
         vk_utils.DEFAULT_BUFFER_LIMIT,
         require_dynamic_shape=bool(compiled.get("require_dynamic_shapes")),
         skip_bool_tensors=bool(compiled.get("skip_bool_tensors")),
+        operator_allowlist=operator_allowlist,
         fusable_subgraphs=vk_patterns.get_all_fusable_subgraphs(program.graph_module),
     )
 

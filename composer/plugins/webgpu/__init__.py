@@ -1,0 +1,103 @@
+"""The ``webgpu`` backend: ExecuTorch's WebGPU delegate (browsers and native Dawn on Metal/Vulkan).
+
+ExecuTorch 1.5.1's WebGPU backend has no ahead-of-time layer of its own: ``WebGPUPartitioner``
+is the Vulkan partitioner, and its runtime reads the Vulkan serialization (a ``VH00`` header
+and a ``VK00`` flatbuffer) from ``VulkanBackend`` delegates. So it lowers here like ``vulkan``,
+and its delegates carry the backend id ``VulkanBackend``. Its runtime implements fewer ops than
+Vulkan's: support is Vulkan's own check restricted to the edge ops ExecuTorch lists as
+implemented by the WebGPU runtime (``WEBGPU_SUPPORTED_OPS`` of its test harness, which lowers
+with exactly that allowlist), with bool tensors left out, as that harness does.
+
+Do not stack ``webgpu`` with ``vulkan``: both write ``VulkanBackend`` delegates, which the
+program cannot tell apart.
+"""
+
+from __future__ import annotations
+
+from composer.contract.backend_spec import BackendSpec
+from composer.contract.hookspecs import hookimpl
+from composer.contract.options import Option, check_options
+from composer.plugins.vendor import ON_OFF, device, import_problem, quiet
+from composer.plugins.vulkan import describe_payload, vulkan_support
+
+__all__ = ["describe_payload"]
+
+WEBGPU = BackendSpec(
+    name="webgpu",
+    backend_id="VulkanBackend",
+    device=device("gpu"),
+    min_partition_size=1,
+    description="ExecuTorch's WebGPU delegate (Vulkan's serialization, WebGPU's ops); lowers anywhere",
+)
+OPTIONS = (
+    Option("require_dynamic_shapes", ON_OFF, default="OFF",
+           help="take only ops whose kernels can resize"),
+)  # fmt: skip
+# As ExecuTorch's WebGPU test harness partitions: bool tensors are left out.
+VULKAN_OPTIONS = {"skip_bool_tensors": "ON"}
+ALLOWLIST_MODULE = "executorch.backends.webgpu.test.tester"
+
+
+def unavailable_reason() -> str | None:
+    """Why WebGPU cannot lower here, or ``None``."""
+    for module in ("executorch.backends.webgpu.partitioner", ALLOWLIST_MODULE):
+        problem = import_problem(module)
+        if problem is not None:
+            return f"{problem}; it comes with executorch 1.5.1"
+    return None
+
+
+def webgpu_ops() -> set:
+    """The edge ops ExecuTorch lists as implemented by the WebGPU runtime."""
+    with quiet():
+        from executorch.backends.webgpu.test.tester import WEBGPU_SUPPORTED_OPS
+    return set(WEBGPU_SUPPORTED_OPS)
+
+
+def _vulkan_options(options) -> dict[str, str]:
+    checked = check_options("webgpu", OPTIONS, options)
+    return {**VULKAN_OPTIONS, **checked}
+
+
+@hookimpl
+def composer_backends():
+    return [WEBGPU]
+
+
+@hookimpl
+def composer_options(backend):
+    return list(OPTIONS)
+
+
+@hookimpl
+def composer_unavailable_reason(backend):
+    return unavailable_reason()
+
+
+@hookimpl
+def composer_operator_support(backend, program, options):
+    support = vulkan_support(program, _vulkan_options(options), operator_allowlist=webgpu_ops())
+    return support
+
+
+@hookimpl
+def composer_ops_to_not_decompose(backend, program, options):
+    with quiet():
+        from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
+            ops_not_to_decompose,
+        )
+        from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+
+    implemented = webgpu_ops()
+    return [op for op in ops_not_to_decompose if aten_to_edge(op) in implemented]
+
+
+@hookimpl
+def composer_compile_specs(backend, method_name, options):
+    with quiet():
+        from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
+            parse_compile_options,
+        )
+    # The compile options ExecuTorch's WebGPU harness lowers with; the partitioner-only ones
+    # decide support, and VulkanBackend's preprocess ignores them.
+    return parse_compile_options({"skip_bool_tensors": True})
