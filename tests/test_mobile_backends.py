@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 
 import composer
@@ -28,6 +29,10 @@ from composer.run.verification import REFERENCE
 HAS_COREMLTOOLS = importlib.util.find_spec("coremltools") is not None
 needs_coremltools = pytest.mark.skipif(
     not HAS_COREMLTOOLS, reason="coremltools is not installed (pip install '.[coreml]')"
+)
+HAS_TOSA = importlib.util.find_spec("tosa_serializer") is not None
+needs_tosa = pytest.mark.skipif(
+    not HAS_TOSA, reason="tosa-tools is not installed (pip install '.[ethosu]', numpy<2.2)"
 )
 
 _composed: dict[tuple, composer.Composition] = {}
@@ -67,9 +72,10 @@ def assert_verified_by_reference(composition: composer.Composition, backend_id: 
 
 def test_every_backend_of_the_wheel_registers_through_an_entry_point():
     backends = default_registry().backends
-    for name in ("vulkan", "coreml", "qnn", "webgpu"):
+    for name in ("vulkan", "coreml", "qnn", "webgpu", "ethosu", "vgf"):
         assert backends[name].origin.distribution == "executorch-composer"
         assert backends[name].origin.name == name
+        assert backends[name].spec.name == name
 
 
 # --- Vulkan ---------------------------------------------------------------------------
@@ -339,6 +345,69 @@ def test_qnn_options_make_its_compile_specs_without_the_sdk():
     (spec,) = compile_specs({"backend": "gpu"})
     gpu = flatbuffer_to_option(spec.value).backend_options.backend_type
     assert gpu == QnnExecuTorchBackendType.kGpuBackend
+
+
+# --- Arm: Ethos-U and VGF (tosa-tools pins numpy<2.2: they run where it installs) -------
+
+
+@pytest.mark.skipif(HAS_TOSA, reason="tosa-tools is installed here")
+@pytest.mark.parametrize("name", ["ethosu", "vgf"])
+def test_arm_backends_say_what_they_need_to_plan(name):
+    registry = default_registry()
+    reason = registry.unavailable_reason(registry.backends[name])
+    assert "tosa-tools" in reason and f"executorch-composer[{name}]" in reason
+    assert "numpy<2.2" in reason
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(composer.ComposerError, match=f"'{name}' cannot plan or lower here"):
+        composer.plan(model, [name, "xnnpack"], inputs)
+
+
+def quantized_for_ethos_u(model_name: str, target: str):
+    """A zoo model quantized (int8) with ExecuTorch's Ethos-U quantizer, exported."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+    from executorch.backends.arm.quantizer import (
+        EthosUQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    model, inputs = zoo.load(model_name)
+    quantizer = EthosUQuantizer(EthosUCompileSpec(target))
+    quantizer.set_global(get_symmetric_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
+    prepared(*inputs)
+    return torch.export.export(convert_pt2e(prepared), inputs), inputs
+
+
+@needs_tosa
+def test_ethos_u_lowers_a_quantized_model_to_a_vela_command_stream():
+    from composer.plugins.arm import describe_ethosu_payload
+
+    registry = default_registry()
+    if registry.unavailable_reason(registry.backends["ethosu"]) is not None:
+        pytest.skip(registry.unavailable_reason(registry.backends["ethosu"]))
+    program, inputs = quantized_for_ethos_u("mlp", "ethos-u55-128")
+    composition = composer.compose(program, ["ethosu", "xnnpack"], inputs)
+    plan = composition.plan
+    assert plan.ops_on("ethosu")["aten.linear.default"] == 3
+    # int8 in and out: the quantize before the NPU and the dequantize after it stay outside.
+    assert plan.ops_on("xnnpack")["quantized_decomposed.quantize_per_tensor.default"] == 1
+    ids = delegate_backend_ids(composition.buffer)
+    assert "EthosUBackend" in ids
+    (specs, payload), *_ = delegates(composition.buffer, "EthosUBackend")
+    assert specs["target"] == b"ethos-u55-128"
+    assert describe_ethosu_payload(payload).startswith("Vela command stream")
+    with pytest.raises(ValueError):
+        describe_ethosu_payload(payload[16:])
+    assert_verified_by_reference(composition, "EthosUBackend")
+
+
+@needs_tosa
+def test_vgf_takes_a_float_model_in_tosas_fp_profile():
+    model, inputs = zoo.load("mobilenet")
+    plan = composer.plan(model, ["vgf", "xnnpack"], inputs)
+    assert plan.ops_on("vgf")["aten.convolution.default"] == 5
+    assert plan.ops_on("portable") == {}
 
 
 # --- golden plans of the stacks users ship ---------------------------------------------
