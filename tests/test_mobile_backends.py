@@ -72,7 +72,7 @@ def assert_verified_by_reference(composition: composer.Composition, backend_id: 
 
 def test_every_backend_of_the_wheel_registers_through_an_entry_point():
     backends = default_registry().backends
-    for name in ("vulkan", "coreml", "qnn", "webgpu", "ethosu", "vgf"):
+    for name in ("vulkan", "coreml", "qnn", "webgpu", "ethosu", "vgf", "mps", "mlx"):
         assert backends[name].origin.distribution == "executorch-composer"
         assert backends[name].origin.name == name
         assert backends[name].spec.name == name
@@ -408,6 +408,29 @@ def test_vgf_takes_a_float_model_in_tosas_fp_profile():
     plan = composer.plan(model, ["vgf", "xnnpack"], inputs)
     assert plan.ops_on("vgf")["aten.convolution.default"] == 5
     assert plan.ops_on("portable") == {}
+
+
+# --- MPS and MLX: not usable from ExecuTorch 1.5.1's wheel ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("mps", "wheel has no MPS backend"),
+        ("mlx", "wheel lacks MLX's generated serialization code"),
+    ],
+)
+def test_apple_backends_the_wheel_lacks_say_why_and_what_would_let_them(name, why):
+    registry = default_registry()
+    if registry.backends[name].plugin._import_problem() is None:
+        pytest.skip(f"{name} imports here (an ExecuTorch from source)")
+    reason = registry.unavailable_reason(registry.backends[name])
+    assert why in reason and "from source" in reason
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(
+        composer.ComposerError, match=f"'{name}' cannot plan or lower here: .*{why}"
+    ):
+        composer.plan(model, [name, "xnnpack"], inputs)
 
 
 # --- golden plans of the stacks users ship ---------------------------------------------

@@ -8,6 +8,7 @@ placement apply to it, and keeps the reason the check gives for every node it de
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import logging
@@ -16,7 +17,9 @@ from collections.abc import Callable, Iterator, Mapping
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.contract.backend_spec import DEVICES
+from composer.contract.backend_spec import DEVICES, BackendSpec
+from composer.contract.errors import ComposerError
+from composer.contract.hookspecs import hookimpl
 
 ON_OFF = ("ON", "OFF")
 
@@ -89,3 +92,51 @@ class CheckedSupport(OperatorSupportBase):
 
     def reason_unsupported(self, node: torch.fx.Node) -> str | None:
         return self._answer(node)
+
+
+class NativePartitionerPlugin:
+    """A backend whose support is its own ExecuTorch partitioner, where the wheel's module for
+    it may not import here (MPS is not in the wheel; MLX lacks its generated files).
+
+    Subclasses set ``spec``, ``module`` (what must import), ``missing`` (why it does not, and
+    what would let it) and implement ``partitioner``; ``cannot_lower`` adds reasons that stop
+    lowering but not planning.
+    """
+
+    spec: BackendSpec
+    module: str
+    missing: str
+
+    def partitioner(self):
+        raise NotImplementedError
+
+    def cannot_lower(self) -> str | None:
+        return None
+
+    def _import_problem(self) -> str | None:
+        return _cached_import_problem(self.module)
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_unavailable_reason(self, backend):
+        if self._import_problem() is not None:
+            return self.missing
+        return self.cannot_lower()
+
+    @hookimpl
+    def composer_partitioner(self, backend, program):
+        problem = self._import_problem()
+        if problem is not None:
+            raise ComposerError(
+                f"backend {self.spec.name!r} cannot plan or lower here: {self.missing} ({problem})."
+            )
+        with quiet():
+            return self.partitioner()
+
+
+@functools.cache
+def _cached_import_problem(module: str) -> str | None:
+    return import_problem(module)
