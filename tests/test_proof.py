@@ -4,6 +4,7 @@ whose backend fails (tests of composer.run.proof and composer.pipeline.proven)."
 from __future__ import annotations
 
 import pytest
+import torch
 from executorch.exir.backend.backend_details import BackendDetails
 from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -11,6 +12,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 import composer
 from composer import BackendSpec, ComposerError, zoo
 from composer.contract.hookspecs import hookimpl
+from composer.run.proof import localize
 
 
 class BrittleBackend(BackendDetails):
@@ -91,3 +93,21 @@ def test_the_proof_runs_by_default_and_check_false_says_it_did_not():
 def test_a_plan_runs_nothing_and_claims_no_proof():
     model, inputs = zoo.load("mlp")
     assert composer.plan(model, "xnnpack", inputs, cache=False).proof == ""
+
+
+def test_localizing_walks_past_constants_with_dotted_names():
+    # The reference reads a submodule's buffer as get_attr "1.num_batches_tracked": finding a
+    # delegate's name among the get_attrs must follow the dots (a real lcnet crashed here).
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()
+    ).eval()
+    composition = composer.compose(
+        model, "xnnpack", (torch.randn(1, 3, 8, 8),), cache=False, check=False
+    )
+    dotted = [
+        n.target
+        for n in composition.reference.graph.nodes
+        if n.op == "get_attr" and "." in n.target
+    ]
+    assert dotted, "the premise: the reference reads a constant by a dotted name"
+    assert localize(composition) is None  # every delegate ran and matched its subgraph

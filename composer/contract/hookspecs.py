@@ -104,6 +104,14 @@ def composer_operator_support(
     If the object also has ``reason_unsupported(node) -> str | None``, the plan shows that
     reason for each node it declines (otherwise: "unsupported op").
 
+    If it also has ``reason_unsupported_at_boundary(node, partition) -> str | None``, composer
+    asks it about every tensor that would cross the edge of a delegate made of ``partition``
+    (a set of nodes): ``node`` produces the tensor (a node of the partition whose output
+    leaves it, or one outside whose output enters it). Return why your runtime cannot bind
+    that tensor there (OpenVINO's cannot take a 0-d tensor), else ``None``. A refused
+    constant joins the partition; otherwise composer leaves nodes out of the partition until
+    no refused tensor crosses its edge, and the plan says why for each.
+
     ``options`` are the user's options for this backend (``compose(..., options={"name":
     {...}})``), strings by name, already checked against what ``composer_options`` declares
     and with its defaults filled in; an empty mapping when the backend has none.

@@ -170,7 +170,8 @@ class _DelegateChecker(torch.fx.Interpreter):
         name = next(
             n.target
             for n in self.module.graph.nodes
-            if n.op == "get_attr" and getattr(self.module, n.target) is lowered
+            # fetch_attr: constants' targets are dotted paths ("bn1.num_batches_tracked")
+            if n.op == "get_attr" and self.fetch_attr(n.target) is lowered
         )
         single = isinstance(expected, torch.Tensor)
         try:
