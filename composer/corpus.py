@@ -291,6 +291,10 @@ CORPUS: dict[str, Entry] = {
     ),
     "levit_128s": Entry("timm", _timm("levit_128s"), "LeViT-128S"),
     "ghostnet": Entry("timm", _timm("ghostnet_050", img_size=False), "GhostNet 0.5"),
+    "lcnet": Entry("timm", _timm("lcnet_050", img_size=False), "PP-LCNet 0.5 (hardswish, SE)"),
+    "mobilenetv4": Entry(
+        "timm", _timm("mobilenetv4_conv_small", img_size=False), "MobileNetV4 conv small"
+    ),
     # transformers, from small configs
     "bert": Entry(
         "transformers",

@@ -1,4 +1,5 @@
-"""Where a model comes from on the command line: ``zoo:NAME``, ``file.pt2``, ``pkg.mod:factory``."""
+"""Where a model comes from on the command line: ``zoo:NAME``, ``corpus:NAME``, ``file.pt2``,
+``pkg.mod:factory``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from composer import zoo
+from composer import corpus, zoo
 from composer.contract.errors import ModelError
 
 
@@ -20,6 +21,8 @@ def load_model(source: str) -> tuple[Any, tuple | None]:
     """Return ``(model, example_inputs)``; for a ``.pt2`` the model is an ExportedProgram."""
     if source.startswith("zoo:"):
         return zoo.load(source.removeprefix("zoo:"))
+    if source.startswith("corpus:"):  # real architectures; needs the [corpus] extra
+        return corpus.load(source.removeprefix("corpus:"))
     if source.endswith(".pt2"):
         path = Path(source)
         if not path.is_file():
@@ -37,8 +40,8 @@ def load_model(source: str) -> tuple[Any, tuple | None]:
         return _from_factory(source)
     raise ModelError(
         f"cannot tell what model {source!r} is: use zoo:NAME ({', '.join(sorted(zoo.ZOO))}), "
-        "a .pt2 file from torch.export.save, or package.module:function returning "
-        "(module, example_inputs)."
+        "corpus:NAME (real architectures, e.g. corpus:resnet18), a .pt2 file from "
+        "torch.export.save, or package.module:function returning (module, example_inputs)."
     )
 
 
