@@ -6,7 +6,10 @@ from collections.abc import Mapping
 
 import attrs
 
-DEVICES = ("cpu", "cuda", "mps")
+# Where a backend's delegates keep their data; a plan counts a crossing wherever data moves
+# between two of them. "gpu" is a GPU other than CUDA's (Vulkan, WebGPU), "npu" an NPU or DSP
+# (Core ML's Neural Engine, QNN's HTP, Ethos-U).
+DEVICES = ("cpu", "cuda", "mps", "gpu", "npu")
 
 
 @attrs.frozen

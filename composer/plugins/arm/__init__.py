@@ -26,7 +26,7 @@ from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
 from composer.contract.hookspecs import hookimpl
 from composer.contract.options import Option, check_options
-from composer.plugins.vendor import CheckedSupport, device, import_problem, quiet
+from composer.plugins.vendor import CheckedSupport, import_problem, quiet
 
 NUMPY_NOTE = "tosa-tools pins numpy<2.2 and flatbuffers==25.2.10"
 
@@ -175,7 +175,7 @@ class EthosUPlugin(ArmPlugin):
     spec = BackendSpec(
         name="ethosu",
         backend_id="EthosUBackend",
-        device=device("npu"),
+        device="npu",
         min_partition_size=1,
         description="Arm Ethos-U NPU via TOSA and Vela (int8-quantized models); needs tosa-tools",
     )
@@ -202,7 +202,7 @@ class VgfPlugin(ArmPlugin):
     spec = BackendSpec(
         name="vgf",
         backend_id="VgfBackend",
-        device=device("gpu"),
+        device="gpu",
         min_partition_size=1,
         description="Arm VGF for Vulkan ML extensions via TOSA and Arm's model converter",
     )

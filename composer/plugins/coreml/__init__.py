@@ -31,7 +31,7 @@ from composer.contract.hookspecs import hookimpl
 from composer.contract.op_names import op_name
 from composer.contract.options import Option, check_options
 from composer.plugins.aoti import is_core_alias
-from composer.plugins.vendor import CheckedSupport, device, import_problem, quiet
+from composer.plugins.vendor import CheckedSupport, import_problem, quiet
 
 INSTALL = "pip install 'executorch-composer[coreml]'"
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
@@ -70,7 +70,7 @@ def _spec() -> BackendSpec:
     return BackendSpec(
         name="coreml",
         backend_id="CoreMLBackend",
-        device=device("npu"),
+        device="npu",
         min_partition_size=1,
         description="ExecuTorch's Core ML delegate (Apple ANE/GPU/CPU); lowers with coremltools",
         # torch.testing's float16 tolerances are for one op; a model's error grows with depth.

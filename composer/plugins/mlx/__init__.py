@@ -11,14 +11,14 @@ installed from source (``python install_executorch.py``) has the file; then supp
 from __future__ import annotations
 
 from composer.contract.backend_spec import BackendSpec
-from composer.plugins.vendor import NativePartitionerPlugin, device
+from composer.plugins.vendor import NativePartitionerPlugin
 
 
 class MlxPlugin(NativePartitionerPlugin):
     spec = BackendSpec(
         name="mlx",
         backend_id="MLXBackend",
-        device=device("mps"),
+        device="mps",
         min_partition_size=1,
         description="ExecuTorch's MLX delegate (Apple silicon); needs an ExecuTorch from source",
     )

@@ -11,14 +11,14 @@ from __future__ import annotations
 import sys
 
 from composer.contract.backend_spec import BackendSpec
-from composer.plugins.vendor import NativePartitionerPlugin, device
+from composer.plugins.vendor import NativePartitionerPlugin
 
 
 class MpsPlugin(NativePartitionerPlugin):
     spec = BackendSpec(
         name="mps",
         backend_id="MPSBackend",
-        device=device("mps"),
+        device="mps",
         min_partition_size=1,
         description="ExecuTorch's MPS delegate (Apple GPUs); not in the pip wheel",
     )

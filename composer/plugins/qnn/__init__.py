@@ -30,12 +30,12 @@ from composer.contract.hookspecs import hookimpl
 from composer.contract.op_names import op_name
 from composer.contract.options import Option, check_options
 from composer.plugins.aoti import is_core_alias
-from composer.plugins.vendor import ON_OFF, CheckedSupport, device, import_problem, is_on, quiet
+from composer.plugins.vendor import ON_OFF, CheckedSupport, import_problem, is_on, quiet
 
 QNN = BackendSpec(
     name="qnn",
     backend_id="QnnBackend",
-    device=device("npu"),
+    device="npu",
     min_partition_size=1,
     description="ExecuTorch's Qualcomm QNN delegate (Snapdragon HTP/GPU); lowers with the QNN SDK",
     tolerance=Tolerance(atol=1e-2, rtol=1e-2, reason="QNN's HTP computes float models in float16"),

@@ -17,24 +17,11 @@ from collections.abc import Callable, Iterator, Mapping
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.contract.backend_spec import DEVICES, BackendSpec
+from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
 from composer.contract.hookspecs import hookimpl
 
 ON_OFF = ("ON", "OFF")
-
-# The device a delegate's data lives on, for counting crossings. The contract names "cpu",
-# "cuda" and "mps"; a mobile GPU or NPU is neither the host nor CUDA, but what matters to a
-# plan is only that its data leaves the host's memory, which any non-host device says: until
-# the contract names "gpu" and "npu", such a backend counts its crossings as "cuda" would.
-_STAND_IN_DEVICE = "cuda"
-
-
-def device(kind: str) -> str:
-    """``kind`` ("gpu", "npu", "mps") if the contract knows it, else a device that counts the
-    same crossings (every device but the host's)."""
-    return kind if kind in DEVICES else _STAND_IN_DEVICE
-
 
 def is_on(options: Mapping[str, str], name: str) -> bool:
     return options.get(name, "OFF").upper() == "ON"

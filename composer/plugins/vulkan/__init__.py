@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.hookspecs import hookimpl
 from composer.contract.options import Option, check_options
-from composer.plugins.vendor import ON_OFF, CheckedSupport, device, import_problem, is_on, quiet
+from composer.plugins.vendor import ON_OFF, CheckedSupport, import_problem, is_on, quiet
 
 VULKAN = BackendSpec(
     name="vulkan",
     backend_id="VulkanBackend",
-    device=device("gpu"),
+    device="gpu",
     min_partition_size=1,
     description="ExecuTorch's Vulkan delegate (Android and other Vulkan GPUs); lowers anywhere",
 )

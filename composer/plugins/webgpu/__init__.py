@@ -17,7 +17,7 @@ from __future__ import annotations
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.hookspecs import hookimpl
 from composer.contract.options import Option, check_options
-from composer.plugins.vendor import ON_OFF, device, import_problem, quiet
+from composer.plugins.vendor import ON_OFF, import_problem, quiet
 from composer.plugins.vulkan import describe_payload, vulkan_support
 
 __all__ = ["describe_payload"]
@@ -25,7 +25,7 @@ __all__ = ["describe_payload"]
 WEBGPU = BackendSpec(
     name="webgpu",
     backend_id="VulkanBackend",
-    device=device("gpu"),
+    device="gpu",
     min_partition_size=1,
     description="ExecuTorch's WebGPU delegate (Vulkan's serialization, WebGPU's ops); lowers anywhere",
 )
