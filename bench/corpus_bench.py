@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/corpus_bench.py [--models resnet18,bert] \
         [--stacks "xnnpack;openvino;openvino,xnnpack;xnnpack,openvino;measured:openvino,xnnpack"] \
-        [--tune-budget 60] [--runs 100] [--out bench/results/corpus_cpu.jsonl]
+        [--tune-budget 240] [--runs 100] [--out bench/results/corpus_cpu.jsonl] [--resume]
+    .venv/bin/python bench/corpus_bench.py --table RESULTS.jsonl [MORE.jsonl ...]
 
 For every model and stack, the same model is composed twice, in one process, the two taking
 turns at going first (so that load and warm caches favour neither):
@@ -504,6 +505,20 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _in_corpus_order(rows: list[dict]) -> list[dict]:
+    """Rows by the corpus's order of models, then the order of STACKS."""
+    from composer import corpus
+
+    names = corpus.names()
+
+    def key(row: dict) -> tuple:
+        model = names.index(row["model"]) if row["model"] in names else len(names)
+        stack = STACKS.index(row["stack"]) if row["stack"] in STACKS else len(STACKS)
+        return model, stack, row["model"], row["stack"]
+
+    return sorted(rows, key=key)
+
+
 def print_table(rows: list[dict]) -> None:
     print(HEADER)
     print("|---" * (HEADER.count(" | ") + 1) + "|")
@@ -524,7 +539,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-budget", type=float, default=TUNE_BUDGET_S)
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--out", default="bench/results/corpus_cpu.jsonl")
-    parser.add_argument("--table", help="print the table of this results file and stop")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep --out's rows and run only the cases it lacks"
+    )
+    parser.add_argument(
+        "--table",
+        nargs="+",
+        help="print the table of these results files and stop; a later file's row for a model "
+        "and stack replaces an earlier one's (a part run again)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--first-index", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -532,8 +555,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return child(args.child, stacks, args.first_index, args.tune_budget, args.runs)
     if args.table:
-        rows = [json.loads(line) for line in Path(args.table).read_text().splitlines() if line]
-        print_table(rows)
+        merged: dict[tuple[str, str], dict] = {}
+        for path in args.table:
+            for line in Path(path).read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    merged[row["model"], row["stack"]] = row
+        print_table(_in_corpus_order(list(merged.values())))
         return 0
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from composer import corpus
@@ -545,11 +573,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average (1, 5, 15 min) at start: {os.getloadavg()}", flush=True)
     print(HEADER)
     print("|---" * (HEADER.count(" | ") + 1) + "|", flush=True)
-    rows = []
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as out:
+    rows, done = [], set()
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if args.resume and out_path.exists():
+        rows = [json.loads(line) for line in out_path.read_text().splitlines() if line.strip()]
+        done = {(row["model"], row["stack"]) for row in rows}
+    with open(out_path, "a" if args.resume else "w") as out:
         for index, name in enumerate(names):
-            rows += run_model(name, stacks, index * len(stacks), args, out)
+            left = [stack for stack in stacks if (name, stack) not in done]
+            if left:
+                rows += run_model(name, left, index * len(stacks), args, out)
     print(f"load average (1, 5, 15 min) at end: {os.getloadavg()}")
     print()
     print(summary(rows))
