@@ -1,23 +1,16 @@
-"""The ``composer`` command line (argparse)."""
+"""The ``composer`` command line (argparse); ``terminal`` handles Ctrl-C and warnings."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
-import os
-import signal
 import sys
 import time
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
-from composer.contract.errors import ComposerError, ComposerWarning
-from composer.lower.atomic import InterruptedAfterWriting
+from composer import terminal
+from composer.contract.errors import ComposerError
 
 USER_ERROR = 2
-INTERRUPTED = 128 + signal.SIGINT  # what a shell reports for a program stopped by Ctrl-C
 MODEL_HELP = "zoo:NAME, a .pt2 file from torch.export.save, or package.module:function"
 REPORT_SUFFIXES = (".json", ".html")
 
@@ -102,7 +95,7 @@ def _lower(args: argparse.Namespace) -> int:
     started = time.perf_counter()
 
     def progress(line: str) -> None:
-        _interrupts.check()
+        terminal.interrupts.check()
         if not args.quiet:
             print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
@@ -113,9 +106,9 @@ def _lower(args: argparse.Namespace) -> int:
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
-    _interrupts.check()
+    terminal.interrupts.check()
     composition.save(output, extra=extra)
-    _interrupts.written = [output, *extra]
+    terminal.interrupts.written = [output, *extra]
     print(composition.plan.summary_table())
     written = ", ".join(str(p) for p in [output, *extra])
     print(f"wrote {written} ({len(composition.buffer):,} bytes of program)")
@@ -432,128 +425,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Interrupts:
-    """Ctrl-C honoured wherever it lands: nothing written, one line, exit 130.
-
-    A KeyboardInterrupt raised inside a weakref callback or ``__del__`` (torch and ExecuTorch
-    run many during lowering) is only printed by Python as "Exception ignored in ...", and
-    the run would go on to write its files. So the signal is also remembered, and checked
-    between backends, before saving and at the end.
-    """
-
-    def __init__(self) -> None:
-        self.received = False
-        self.written: list[Path] = []  # what this run saved, should Ctrl-C come after
-
-    def on_signal(self, signum, frame) -> None:
-        self.received = True
-        raise KeyboardInterrupt
-
-    def on_unraisable(self, unraisable) -> None:
-        if issubclass(unraisable.exc_type, KeyboardInterrupt):
-            self.received = True
-            return
-        sys.__unraisablehook__(unraisable)
-
-    def check(self) -> None:
-        if self.received:
-            raise KeyboardInterrupt
-
-
-_interrupts = _Interrupts()
-
-
 def main(argv: list[str] | None = None) -> int:
-    global _interrupts
-    _interrupts = _Interrupts()
-    previous_handler = signal.signal(signal.SIGINT, _interrupts.on_signal)
-    previous_hook, sys.unraisablehook = sys.unraisablehook, _interrupts.on_unraisable
-    previous_show = warnings.showwarning
-    warnings.showwarning = _one_line_warnings(previous_show)
-    try:
-        code = _main(argv)
-        _interrupts.check()
-        return code
-    except InterruptedAfterWriting as interrupt:
-        print(f"composer: interrupted after writing {interrupt}", file=sys.stderr)
-        return _interrupted(argv)
-    except KeyboardInterrupt:
-        written = ", ".join(map(str, _interrupts.written))
-        print(f"composer: interrupted after writing {written}" if written else
-              "composer: interrupted; nothing was written", file=sys.stderr)  # fmt: skip
-        return _interrupted(argv)
-    finally:
-        # Run as the program (no argv), what is left is the interpreter's exit: a Ctrl-C there
-        # would turn a finished run's exit code into a signal death.
-        signal.signal(signal.SIGINT, previous_handler if argv is not None else signal.SIG_IGN)
-        sys.unraisablehook = previous_hook
-        warnings.showwarning = previous_show
-
-
-def _interrupted(argv: list[str] | None) -> int:
-    """Exit 130. Run as the program, leave at once: a finalizer of torch's or ExecuTorch's at
-    interpreter exit could otherwise turn 130 into a death by SIGINT (seen once in six runs)."""
-    if argv is None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(INTERRUPTED)
-    return INTERRUPTED
-
-
-COMPOSER_DIRECTORY = str(Path(__file__).parent)
-
-
-def _one_line_warnings(show_otherwise):
-    """composer's own warnings as one line, like its errors; the rest as before."""
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        if issubclass(category, ComposerWarning) or str(filename).startswith(COMPOSER_DIRECTORY):
-            print(f"composer: warning: {message}", file=sys.stderr if file is None else file)
-        else:
-            show_otherwise(message, category, filename, lineno, file, line)
-
-    return show
-
-
-# Lines upstream libraries log on every command that are not the user's business: torchao's
-# optional kernels that do not load on this machine, torch's notice about an enum a library
-# registers. Set before torch is imported, as the loggers are created at import.
-UPSTREAM_LOGGERS = ("torchao", "torch.utils._pytree")
-UPSTREAM_WARNINGS = (
-    # ExecuTorch warns for every program whose buffers the model updates in place (a KV cache).
-    "Mutation on a buffer in the model is detected",
-)
-
-
-@contextlib.contextmanager
-def _upstream_quieted(debug: bool) -> Iterator[None]:
-    """Keep upstream chatter off the terminal (``--debug`` shows everything)."""
-    if debug:
-        yield
-        return
-    loggers = [logging.getLogger(name) for name in UPSTREAM_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        for message in UPSTREAM_WARNINGS:
-            warnings.filterwarnings("ignore", message=message)
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            for logger, level in zip(loggers, levels):
-                logger.setLevel(level)
+    return terminal.run_command(_main, argv)
 
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with _upstream_quieted(args.debug):
+        with terminal.upstream_quieted(args.debug):
             return args.run(args)
     except ComposerError as error:
-        if _interrupts.received:  # a library turned the interrupt into an error of its own
+        # A library turned the interrupt into an error of its own.
+        if terminal.interrupts.received:
             raise KeyboardInterrupt from error
         if args.debug:
             raise
