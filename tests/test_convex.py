@@ -95,6 +95,57 @@ def test_getitem_goes_with_its_producer_and_does_not_count():
     assert partition_convex(graph_module, AllButCumsum(), min_size=3) == []
 
 
+def test_getitems_stay_with_a_multi_output_producer_whose_consumers_sit_at_other_stages():
+    # One getitem of the split feeds the stage after the cumsum (already supported there),
+    # the other feeds the first stage: moving the first getitem up to its consumer's stage
+    # would leave the split's partition returning the whole list.
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    before = graph.call_function(torch.relu, (x,))
+    after = graph.call_function(torch.relu, (graph.call_function(torch.cumsum, (before, 0)),))
+    parts = graph.call_function(torch.split, (x, 2))
+    first = graph.call_function(operator.getitem, (parts, 0))
+    second = graph.call_function(operator.getitem, (parts, 1))
+    unused = graph.call_function(operator.getitem, (parts, 2))
+    joined = graph.call_function(torch.add, (after, first))
+    graph.output((joined, graph.call_function(torch.relu, (second,)), unused))
+    graph_module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    partitions = partition_convex(graph_module, AllButCumsum())
+    assert find_tag_cycle(graph_module.graph, tags(partitions)) is None
+    partition_of = tags(partitions)
+    getitems = [n for n in graph.nodes if n.target is operator.getitem]
+    assert len(getitems) == 3
+    for getitem in getitems:
+        assert partition_of[getitem] == partition_of[getitem.args[0]]
+
+
+def test_a_multi_output_op_joins_its_consumers_stage_with_all_its_getitems():
+    # The split of a placeholder (a weight's) is read only after the cumsum: the split and
+    # both getitems move up together into that stage, not left behind in the first.
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    w = graph.placeholder("w")
+    before = graph.call_function(torch.relu, (x,))
+    after = graph.call_function(torch.relu, (graph.call_function(torch.cumsum, (before, 0)),))
+    parts = graph.call_function(torch.split, (w, 2))
+    first = graph.call_function(operator.getitem, (parts, 0))
+    second = graph.call_function(operator.getitem, (parts, 1))
+    graph.output(
+        graph.call_function(torch.add, (graph.call_function(torch.add, (after, first)), second))
+    )
+    graph_module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    first_stage, second_stage = partition_convex(graph_module, AllButCumsum())
+    assert [n.name for n in first_stage] == ["relu"]
+    assert [n.name for n in second_stage] == [
+        "relu_1",
+        "split",
+        "getitem",
+        "getitem_1",
+        "add",
+        "add_1",
+    ]
+
+
 def test_cycle_check_names_the_path_out_and_back():
     graph_module = chain_with_residuals(6, island_every=2)
     nodes = [n for n in graph_module.graph.nodes if n.op == "call_function"]
@@ -126,3 +177,7 @@ def test_zoo_edge_programs_need_no_more_partitions_than_the_anchor(name):
         program.graph_module, support, allows_single_node_partition=True
     ).propose_partitions()
     assert len(ours) <= len(theirs)
+    partition_of = tags(ours)
+    for node, tag in partition_of.items():
+        if node.target is operator.getitem:
+            assert partition_of.get(node.args[0]) == tag

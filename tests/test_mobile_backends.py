@@ -153,12 +153,6 @@ def test_importing_vulkans_partitioner_leaves_the_root_logger_alone():
     assert run.stdout.split()[-1] == str(logging.WARNING)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="composer's convex partitioning (planning/convex.py, _join_consumers) can move a "
-    "getitem into its consumers' partition away from the multi-output op it reads, so a "
-    "partition returns the split's whole list and Vulkan's memory planning fails on it",
-)
 def test_vulkan_lowers_the_transformer_block():
     composition = composed("transformer_block", ("vulkan", "xnnpack"), placement="strict")
     assert "VulkanBackend" in delegate_backend_ids(composition.buffer)

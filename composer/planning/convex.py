@@ -16,7 +16,8 @@ nodes grouped by level. Then:
 
 Levels start as soon as possible; a backward pass then moves a node up into its consumers'
 stage where that stage already holds its color (a weight's transpose joins the matmul that
-reads it), which keeps every property above and never adds a partition.
+reads it), which keeps every property above and never adds a partition. A multi-output op
+and its getitems move as one, so a getitem always shares its producer's level and partition.
 
 A partition may hold several unconnected pieces (as ``torch.fx``'s
 ``CapabilityBasedPartitioner`` also makes): one delegate call instead of several. That
@@ -76,6 +77,12 @@ def _join_consumers(graph: _Graph, colors: list[Hashable | None], levels: list[i
     the first stage, away from the op that uses it. Any assignment that keeps the level rules
     is as convex as the first, and moving only into stages already in use never adds a
     partition.
+
+    A multi-output op moves with all its getitems or not at all: a getitem in another
+    partition than its producer makes the producer's partition return the whole list, which
+    backends cannot plan memory for. The unit's target is the lowest its outside consumers
+    allow, so the level rules hold on every edge out of it; pinning the getitems instead
+    would also pin their producer (a weight's split) in the first stage.
     """
     occupied: dict[tuple[int, Hashable], int] = {}
     for i, color in enumerate(colors):
@@ -84,14 +91,33 @@ def _join_consumers(graph: _Graph, colors: list[Hashable | None], levels: list[i
             occupied[key] = occupied.get(key, 0) + 1
     for i in range(len(graph.nodes) - 1, -1, -1):
         color = colors[i]
-        succs = graph.succs[i]
-        if color is None or not succs:
+        # A colored getitem always has its producer here, which moves it.
+        if color is None or graph.is_getitem[i]:
             continue
-        target = min(levels[s] - _step(colors, i, s) for s in succs)
+        unit = _with_getitems(graph, i)
+        # Every getitem a member feeds is in the unit, so the rest are outside consumers.
+        targets = [
+            levels[s] - _step(colors, m, s)
+            for m in unit
+            for s in graph.succs[m]
+            if not graph.is_getitem[s]
+        ]
+        if not targets:
+            continue
+        target = min(targets)
         if target > levels[i] and occupied.get((target, color)):
-            occupied[(levels[i], color)] -= 1
-            occupied[(target, color)] += 1
-            levels[i] = target
+            occupied[(levels[i], color)] -= len(unit)
+            occupied[(target, color)] += len(unit)
+            for m in unit:
+                levels[m] = target
+
+
+def _with_getitems(graph: _Graph, i: int) -> list[int]:
+    """Node ``i`` and the getitems that read it, and those that read them (nested tuples)."""
+    unit = [i]
+    for member in unit:
+        unit.extend(s for s in graph.succs[member] if graph.is_getitem[s])
+    return unit
 
 
 def _propose(graph: _Graph, colors: list[Hashable | None]) -> list[list[int]]:
