@@ -23,7 +23,10 @@ torch version, and a pin that names no node of the program is warned about.
 accelerator; ``"measured"`` times candidates on this machine (composer.measure.placement), composing
 them for at most ``tune_budget`` seconds, with XNNPACK on ``threads`` threads if set (the
 runtime's default is one per core). ``consolidate = false`` is the older spelling of
-``placement = "strict"``. What is read becomes a ``composer.registry.stack.Stack``.
+``placement = "strict"``. ``keep_whole = "any"`` keeps whole every op any backend asks to
+keep whole, so every order of the stack decomposes the model alike (a per-region choice's node
+pins need it); ``"priority"``, the default, decomposes such an op where a backend ahead takes
+its pieces and not the whole. What is read becomes a ``composer.registry.stack.Stack``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 
 from composer.contract.errors import ComposerError
 from composer.registry.names import backend_names, is_count
-from composer.registry.stack import PLACEMENTS, Stack
+from composer.registry.stack import KEEP_WHOLE, PLACEMENTS, Stack
 
 KEYS = {
     "backends",
@@ -46,6 +49,7 @@ KEYS = {
     "placement",
     "tune_budget",
     "threads",
+    "keep_whole",
 }
 
 
@@ -147,6 +151,13 @@ def _fields(table: dict[str, Any], path: Path | str) -> dict[str, Any]:
         if isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0:
             raise ComposerError(f"{path}: tune_budget must be a number of seconds >= 0.")
         fields["tune_budget"] = float(budget)
+    if "keep_whole" in table:
+        if table["keep_whole"] not in KEEP_WHOLE:
+            raise ComposerError(
+                f"{path}: keep_whole must be one of {', '.join(KEEP_WHOLE)}, "
+                f"not {table['keep_whole']!r}."
+            )
+        fields["keep_whole"] = table["keep_whole"]
     if "threads" in table:
         if not is_count(table["threads"]):
             raise ComposerError(f"{path}: threads must be a whole number >= 1.")

@@ -69,6 +69,19 @@ def test_a_partition_its_backend_fails_to_lower_goes_to_the_next_backend_and_the
     assert verification.ok and verification.executor == "executorch runtime"
 
 
+def test_nodes_moved_to_portable_kernels_are_said_in_a_warning(brittle_registry):
+    # Correct, and possibly 100x slower: said where the user looks, not only in the plan.
+    model, inputs = zoo.load("mlp")
+    with pytest.warns(composer.ComposerWarning, match=r"moved off brittle .* portable kernels"):
+        composition = composer.compose(model, ["brittle"], inputs, registry=brittle_registry,
+                                       cache=False)  # fmt: skip
+    repairs = composition.plan.repairs
+    assert repairs and all(r["moved_to"] == {"portable": len(r["nodes"])} for r in repairs)
+    moved = sum(len(r["nodes"]) for r in repairs)
+    assert composition.plan.nodes_on("brittle") == []
+    assert len(composition.plan.nodes_on("portable")) >= moved
+
+
 def test_strict_placement_moves_nothing_and_says_which_partition_failed(brittle_registry):
     model, inputs = zoo.load("mlp")
     with pytest.raises(
@@ -111,3 +124,32 @@ def test_localizing_walks_past_constants_with_dotted_names():
     ]
     assert dotted, "the premise: the reference reads a constant by a dotted name"
     assert localize(composition) is None  # every delegate ran and matched its subgraph
+
+
+class ThreeStages(torch.nn.Module):
+    """Linear, an op pinned off OpenVINO, linear: two OpenVINO delegates around an XNNPACK one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(64, 64)
+        self.second = torch.nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.tanh(self.first(x) * 3.0))
+
+
+def test_where_every_delegate_matches_its_subgraph_a_mismatch_names_the_one_erring_most():
+    # The program missing eager while each delegate matches its own subgraph (shufflenet_v2
+    # with openvino,xnnpack: bf16 in each OpenVINO partition adds up): without a culprit
+    # nothing could be moved and the compose failed. The delegate erring most is named.
+    pytest.importorskip("openvino")
+    stack = composer.Stack(["openvino", "xnnpack"], never={"openvino": ["aten.tanh.default"]})
+    composition = composer.compose(
+        ThreeStages().eval(), stack, (torch.randn(4, 64),), cache=False, check=False
+    )
+    backends = sorted(p.backend for p in composition.plan.partitions)
+    assert backends == ["openvino", "openvino", "xnnpack"]
+    assert localize(composition) is None  # a failure to run would not be helped by moving it
+    culprit = localize(composition, mismatch=True)
+    assert culprit is not None and culprit.backend == "openvino"
+    assert "errs most of the delegates" in culprit.why

@@ -81,6 +81,7 @@ def _lower_once(
         partitioner.stack = tuple(partitioners)
         partitioner.schedule = schedule
         partitioner.decomposed = decomposed
+        partitioner.keep_whole = stack.keep_whole
         if partitioner.stand_in:
             partitioner.check_backend_class = (
                 registry.unavailable_reason(partitioner.backend) is None

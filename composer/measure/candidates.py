@@ -18,6 +18,9 @@ class Candidate:
     backends: tuple[str, ...]
     placement: str  # "priority" or "strict"
     pins: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # composer.Stack.keep_whole: the per-region search's programs keep whole what any backend
+    # does, so that every order decomposes alike and node names carry over between them.
+    keep_whole: str = "priority"
 
     @property
     def label(self) -> str:

@@ -32,6 +32,7 @@ class Measurement:
             "backends": list(self.candidate.backends),
             "placement": self.candidate.placement,
             "pins": {backend: list(pins) for backend, pins in self.candidate.pins},
+            "keep_whole": self.candidate.keep_whole,
             "delegate_calls": self.delegate_calls,
             "median_us": None if self.latency is None else round(self.latency.median_us, 2),
             "p90_us": None if self.latency is None else round(self.latency.p90_us, 2),
@@ -121,12 +122,15 @@ class Choice:
 
     def config_toml(self) -> str:
         """The lines of composer.toml that reproduce the choice without measuring: the
-        backends, the placement, the threads the user set, and the pins (the user's, and a
-        per-region choice's)."""
+        backends, the placement, the threads the user set, how ops are kept whole (a per-region
+        choice's pins name nodes of the model decomposed as ``keep_whole = "any"`` does), and the
+        pins (the user's, and a per-region choice's)."""
         backends = ", ".join(f'"{name}"' for name in self.chosen.backends)
         lines = [f"backends = [{backends}]", f'placement = "{self.chosen.placement}"']
         if self.threads_set and self.threads is not None:
             lines.append(f"threads = {self.threads}")
+        if self.chosen.keep_whole != "priority":
+            lines.append(f'keep_whole = "{self.chosen.keep_whole}"')
         never = {b: pins for b, pins in self.chosen.never(self.never).items() if pins}
         if never:
             lines.append("[never]")

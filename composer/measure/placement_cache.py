@@ -72,6 +72,7 @@ def read_cache(folder: Path | None, key: str | None) -> Choice | None:
                     tuple(item["backends"]),
                     item["placement"],
                     tuple((b, tuple(p)) for b, p in item.get("pins", {}).items()),
+                    item.get("keep_whole", "priority"),
                 ),
                 item["delegate_calls"],
                 None

@@ -70,7 +70,9 @@ def search(
     say(f"placement: regions: what each backend takes ({len(backends)} plans, each backend first)")
     try:
         first = {
-            backend: plan_candidate(Candidate((*backends[i:], *backends[:i]), "strict"))
+            backend: plan_candidate(
+                Candidate((*backends[i:], *backends[:i]), "strict", keep_whole="any")
+            )
             for i, backend in enumerate(backends)
         }
     except ComposerError as error:
@@ -169,4 +171,9 @@ def search(
 
 def _pinned(backends: Sequence[str], table: Mapping[str, Sequence[str]]):
 
-    return Candidate(tuple(backends), "strict", tuple((b, tuple(p)) for b, p in table.items()))
+    return Candidate(
+        tuple(backends),
+        "strict",
+        tuple((b, tuple(p)) for b, p in table.items()),
+        keep_whole="any",
+    )

@@ -277,7 +277,9 @@ def _measured(
         """The candidate's stack: its backends with their settings, the user's pins and its
         own node pins."""
         kept = stack.only(candidate.backends, candidate.placement)
-        return attrs.evolve(kept, never=candidate.never(kept.never))
+        return attrs.evolve(
+            kept, never=candidate.never(kept.never), keep_whole=candidate.keep_whole
+        )
 
     def compose_candidate(candidate):
         return compose(model, only(candidate), example_inputs, registry=registry, check=check)

@@ -6,12 +6,13 @@ stack composed again, so its nodes go to the next backend that takes them or to 
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from collections.abc import Callable
 
 import attrs
 
-from composer.contract.errors import ComposerError, PreprocessFailed, first_line
+from composer.contract.errors import ComposerError, ComposerWarning, PreprocessFailed, first_line
 from composer.planning.assign import node_pin
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
@@ -100,4 +101,24 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
         for c in failed
     )
     composition.plan = attrs.evolve(plan, proof=proof, repairs=repairs)
+    _warn_of_portable_kernels(repairs)
     return composition
+
+
+def _warn_of_portable_kernels(repairs) -> None:
+    # Correct but possibly 50-200x slower (OpenVINO alone, a bf16 miss on shufflenet_v2: 47 ms
+    # on portable kernels against 0.27 ms): the user should not have to read the plan to see.
+    moved = Counter()
+    for repair in repairs:
+        moved[repair["backend"]] += repair["moved_to"].get("portable", 0)
+    for backend, count in moved.items():
+        if count:
+            warnings.warn(
+                f"{count} node(s) moved off {backend} (the plan's repairs say why) now run on "
+                "ExecuTorch's "
+                "portable kernels, often 10 to 100 times slower than a delegate: list a backend "
+                f"after {backend} that takes them (xnnpack on a CPU), or compose with "
+                f"check=False (--no-check) to keep {backend}'s program as it is, unproven.",
+                ComposerWarning,
+                stacklevel=2,
+            )

@@ -24,6 +24,7 @@ from composer.planning.guards import (
     mutated_buffer_placeholders,
     tag_constants,
 )
+from composer.planning.pieces import PieceProbes, decomposable
 from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 from composer.planning.support import Support, evaluate_support, native_partitioner, plugin_label
 from composer.planning.validate import check_lowerable
@@ -82,6 +83,8 @@ def aten_op(target: object) -> object:
 class Schedule(Protocol):
     """The stack's assignment, as a backend's partitioner reads its own part of it."""
 
+    never: Mapping[str, frozenset[str]]  # backend -> ops and node names it must not take
+
     def withheld_from(
         self,
         partitioner: ComposerPartitioner,
@@ -90,6 +93,16 @@ class Schedule(Protocol):
         support: Support,
     ) -> Mapping[str, str]:
         """Node names ``partitioner`` must not take in ``program``, each with the reason."""
+
+
+def _asked_after_a_composer_backend(op: object, asked) -> bool:
+    """Whether a composer backend comes ahead of every backend that keeps ``op`` whole."""
+    for partitioner, listed, _ in asked:
+        if op in listed:
+            return False
+        if isinstance(partitioner, ComposerPartitioner):
+            return True
+    return False
 
 
 class ComposerPartitioner(Partitioner):
@@ -133,6 +146,9 @@ class ComposerPartitioner(Partitioner):
         self.decomposed: Mapping[str, Mapping[str, str]] = {}
         self.kept_whole_ops: frozenset[object] = frozenset()  # what this backend last asked for
         self.declined: Mapping[str, str] = {}  # node name -> why, from its last partition()
+        self._pieces: PieceProbes | None = None
+        # composer.Stack.keep_whole: "priority" asks backends ahead for the pieces, "any" not.
+        self.keep_whole = "priority"
         # A stand-in for a backend that can lower here: its ExecuTorch backend must exist too,
         # so that a plan that succeeds means lowering will find it.
         self.check_backend_class = not stand_in
@@ -148,35 +164,90 @@ class ComposerPartitioner(Partitioner):
     # --- the hooks ExecuTorch calls -------------------------------------------------
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
+        ops, keep_whole = self._stack_ops_to_not_decompose(ep)
+        if keep_whole is not None and not self.entered and not self._decomposes_first():
+            # The first composer partitioner's pass already decomposed what the stack does
+            # not keep whole (its answer is this one). Listing the ops still present, with no
+            # filter, keeps them and lets ExecuTorch skip retracing the program; a filter costs
+            # two full retraces per partitioner (3.4 s of resnet18's 15.8 s compose).
+            present = {node.target for node in ep.graph.nodes if node.op == "call_function"}
+            return ([op for op in ops if op in present], None)
+        return (ops, keep_whole)
+
+    def _decomposes_first(self) -> bool:
+        """Whether this is the first composer partitioner ExecuTorch decomposes for."""
+        first = next((p for p in self.listed_with() if isinstance(p, ComposerPartitioner)), self)
+        return first is self
+
+    def _stack_ops_to_not_decompose(self, ep: ExportedProgram):
         # ExecuTorch decomposes once per partitioner, each time with the full table minus
         # that partitioner's ops: an op one backend keeps whole is decomposed by the pass of
         # any other partitioner, before it as well as after (XNNPACK's linear, split by an
         # earlier backend into permute + addmm, then fails XNNPACK's preprocess on 3-D
         # inputs). So each partitioner keeps whole what any backend of the stack keeps
         # whole, each op under the filter of the backend that asked for it.
-        answers = [self._own_ops_to_not_decompose(ep)]
-        for other in self.listed_with():
-            if other is self:
-                continue
-            if isinstance(other, ComposerPartitioner):
-                answers.append(other._own_ops_to_not_decompose(ep))
-            else:
-                answers.append(other.ops_to_not_decompose(ep))
+        # ... except where a backend ahead of the first that asked takes the pieces and not
+        # the whole (composer.planning.pieces): the priority order gives it the node.
+        listed_with = list(self.listed_with())
+        stack = listed_with if any(p is self for p in listed_with) else [self, *listed_with]
+        answers = [
+            p._own_ops_to_not_decompose(ep)
+            if isinstance(p, ComposerPartitioner)
+            else p.ops_to_not_decompose(ep)
+            for p in stack
+        ]
         ops = list(dict.fromkeys(op for listed, _ in answers for op in listed))
+        asked = [
+            (p, frozenset(listed), op_filter)
+            for p, (listed, op_filter) in zip(stack, answers, strict=True)
+        ]
+        probing = {
+            op
+            for op in ops
+            if self.keep_whole == "priority"
+            and op in decomposable()
+            and _asked_after_a_composer_backend(op, asked)
+        }
         decomposed = self.decomposed
-        if not decomposed and all(op_filter is None for _, op_filter in answers):
+        if not decomposed and not probing and all(f is None for _, _, f in asked):
             return (ops, None)
-        asked = [(frozenset(listed), op_filter) for listed, op_filter in answers]
 
         def keep_whole(node: torch.fx.Node) -> bool:
             if decomposed and origin_name(node) in decomposed:
                 return False
-            return any(
-                node.target in listed and (op_filter is None or op_filter(node))
-                for listed, op_filter in asked
+            first = next(
+                (
+                    i
+                    for i, (_, listed, op_filter) in enumerate(asked)
+                    if node.target in listed and (op_filter is None or op_filter(node))
+                ),
+                None,
+            )
+            if first is None:
+                return False
+            if node.target not in probing:
+                return True
+            return not any(
+                p.prefers_pieces_of(node, ep)
+                for p, _, _ in asked[:first]
+                if isinstance(p, ComposerPartitioner)
             )
 
         return (ops, keep_whole)
+
+    def prefers_pieces_of(self, node: torch.fx.Node, program: ExportedProgram) -> bool:
+        """Whether this backend declines ``node`` (of the ATen ``program``) whole but would
+        take every op it decomposes into, pins included."""
+        pinned = getattr(self.schedule, "never", {}).get(self.backend.name, frozenset())
+        # A node pin names the edge node (node:aten_linear_default_3), which does not exist
+        # yet: any pin on a node of this op keeps the op whole, as before the probes.
+        edge_name = "node:" + op_name(node).replace(".", "_")
+        if op_name(node) in pinned or any(pin.startswith(edge_name) for pin in pinned):
+            return False
+        if self._pieces is None:
+            self._pieces = PieceProbes(lambda probe: self.support(probe, set()),
+                                       self.kept_whole_ops)  # fmt: skip
+        return self._pieces.prefers_pieces(node, program)
 
     def _own_ops_to_not_decompose(self, ep: ExportedProgram):
         ops = self.registry.call(
@@ -339,7 +410,7 @@ class ComposerPartitioner(Partitioner):
             return {}
         from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
 
-        ops, op_filter = self.ops_to_not_decompose(program)
+        ops, op_filter = self._stack_ops_to_not_decompose(program)
         refused = {aten_to_edge(op) for op in ops} | set(ops)
         keepers = [p for p in self.stack or (self,) if isinstance(p, ComposerPartitioner)]
         left: dict[str, tuple[str, dict[str, str]]] = {}

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 PLACEMENTS = ("priority", "strict", "measured")
+KEEP_WHOLE = ("priority", "any")
 
 
 def _by_backend(what: str, value: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -69,6 +70,12 @@ class Stack:
       (:mod:`composer.measure.placement`): the declared order, the other orders, each backend alone
       and a per-region assignment (:mod:`composer.measure.region_search`), composing them for at most
       ``tune_budget`` seconds, and keeps the fastest.
+    - ``keep_whole``: which ops stay whole (not decomposed) for the backends that ask
+      (XNNPACK's ``linear``). ``"priority"``: each such op, unless a backend ahead of the one
+      asking declines it whole and takes its pieces (OpenVINO takes ``linear`` as permute and
+      addmm), which then get it; ``"any"``: every op any backend of the stack keeps whole, so
+      every order of the stack decomposes the model alike (measured placement's per-region
+      search composes so).
     - ``threads``: how many threads the ExecuTorch runtime gives XNNPACK in this process
       (:mod:`composer.run.cpu_threads`), set before composer runs a program; ``None``: the
       runtime's default, one per core. Measured placement times candidates with them.
@@ -81,6 +88,7 @@ class Stack:
     placement: str = "priority"
     tune_budget: float | None = None
     threads: int | None = None
+    keep_whole: str = "priority"
 
     def __attrs_post_init__(self) -> None:
         for what, given in (
@@ -102,6 +110,10 @@ class Stack:
         if self.placement not in PLACEMENTS:
             raise ComposerError(
                 f"placement must be one of {', '.join(PLACEMENTS)}, not {self.placement!r}."
+            )
+        if self.keep_whole not in KEEP_WHOLE:
+            raise ComposerError(
+                f"keep_whole must be one of {', '.join(KEEP_WHOLE)}, not {self.keep_whole!r}."
             )
         budget = self.tune_budget
         if budget is not None and (
@@ -145,6 +157,7 @@ class Stack:
             min_partition_size=mine(self.min_partition_size),
             placement=placement,
             threads=self.threads,
+            keep_whole=self.keep_whole,
         )
 
     def with_defaults(self, resolved: Sequence[Backend]) -> Stack:
@@ -169,4 +182,5 @@ class Stack:
             "options": {k: dict(sorted(v.items())) for k, v in sorted(self.options.items())},
             "never": {k: sorted(v) for k, v in sorted(self.never.items())},
             "min_partition_size": dict(sorted(self.min_partition_size.items())),
+            "keep_whole": self.keep_whole,
         }

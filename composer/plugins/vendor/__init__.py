@@ -23,6 +23,7 @@ from composer.contract.hookspecs import hookimpl
 
 ON_OFF = ("ON", "OFF")
 
+
 def is_on(options: Mapping[str, str], name: str) -> bool:
     return options.get(name, "OFF").upper() == "ON"
 
