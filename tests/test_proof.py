@@ -153,3 +153,31 @@ def test_where_every_delegate_matches_its_subgraph_a_mismatch_names_the_one_erri
     culprit = localize(composition, mismatch=True)
     assert culprit is not None and culprit.backend == "openvino"
     assert "errs most of the delegates" in culprit.why
+
+
+class WithNonPersistentBuffer(torch.nn.Module):
+    """A rotary embedding's shape: a buffer left out of the state dict (``inv_freq``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.register_buffer("inv_freq", torch.linspace(0.5, 1.5, 8), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x) * self.inv_freq) + self.inv_freq
+
+
+def test_a_repair_lowers_a_program_no_earlier_lowering_has_touched(brittle_registry):
+    # Lowering changes the program it is given: a repair lowering the same one again failed
+    # with KeyError 'model.rotary_emb.inv_freq' on a transformers Llama with OpenVINO.
+    # OpenVINO's lowering takes the buffer out of the program; the brittle backend after it
+    # then fails, and the repair lowers again.
+    pytest.importorskip("openvino")
+    model = WithNonPersistentBuffer().eval()
+    inputs = (torch.randn(2, 8),)
+    stack = composer.Stack(["openvino", "brittle", "xnnpack"],
+                           never={"openvino": ["aten.linear.default"]})  # fmt: skip
+    composition = composer.compose(model, stack, inputs, registry=brittle_registry, cache=False)
+    assert [r["backend"] for r in composition.plan.repairs] == ["brittle"]
+    assert "aten.linear.default" in composition.plan.ops_on("xnnpack")
+    assert composition.plan.proof.startswith("ran and matched eager")

@@ -171,9 +171,18 @@ def compose(
             exported.append(export_model(model, example_inputs))
         return exported[0]
 
+    lowerings: list[Stack] = []
+
     def lower(current: Stack) -> Lowered:
+        # ExecuTorch's lowering changes the program it is given (a rotary embedding's
+        # non-persistent inv_freq leaves it: lowering it again for a repair raised KeyError
+        # 'model.rotary_emb.inv_freq'), so each lowering after the first gets a fresh one,
+        # and a program the user passed is never lowered itself.
+        first = not lowerings and not isinstance(model, ExportedProgram)
+        source = program() if first else _fresh(model, example_inputs)
+        lowerings.append(current)
         return lower_program(
-            program(), resolved, registry, stand_ins, current, progress, folder, workers
+            source, resolved, registry, stand_ins, current, progress, folder, workers
         )
 
     stored = cached.by_module(model, example_inputs) if cached else None
@@ -251,6 +260,13 @@ def _jobs(jobs: int | None) -> int:
     if not is_count(jobs):
         raise ComposerError(f"jobs must be a whole number >= 1, not {jobs!r}.")
     return jobs
+
+
+def _fresh(model: Model, example_inputs) -> ExportedProgram:
+    """A program to lower that no lowering has touched: exported again, or the user's copied."""
+    if isinstance(model, ExportedProgram):
+        return copy.deepcopy(model)
+    return export_model(model, example_inputs)
 
 
 def _eager(model: Model, program: Callable[[], ExportedProgram]) -> torch.nn.Module:
