@@ -166,8 +166,10 @@ class _Probe:
             is_weight = arg.op == "get_attr" or (
                 arg.op == "placeholder" and arg.name in weights_by_name
             )
-            keys.append(("weight" if is_weight else "input", value.shape, value.stride(),
-                         value.dtype))  # fmt: skip
+            # By rank, not shape: one probe answers for an op at every size (mobilenet_v3's
+            # hardswish at each channel count cost a probe each), and supports decide by op,
+            # dtype and rank; a wrong answer costs a delegate boundary, not correctness.
+            keys.append(("weight" if is_weight else "input", value.dim(), value.dtype))
             if is_weight:
                 weights.append(example)
                 return _Weight(len(weights) - 1)
