@@ -50,11 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         for stack in args.stacks.split(";"):
             backends = stack.split(",")
             sides = {
-                "composer": lambda: composer.compose(
-                    copy.deepcopy(model), backends, inputs, cache=False
+                "composer": lambda m=model, b=backends, i=inputs: composer.compose(
+                    copy.deepcopy(m), b, i, cache=False
                 ),
-                "plain": lambda: corpus_bench.plain_compose(
-                    copy.deepcopy(model), inputs, backends
+                "plain": lambda m=model, b=backends, i=inputs: corpus_bench.plain_compose(
+                    copy.deepcopy(m), i, b
                 ),
             }
             seconds: dict[str, list[float]] = {side: [] for side in sides}
