@@ -67,16 +67,19 @@ class PieceProbes:
         except Exception:  # noqa: BLE001
             # A probe that does not export or decompose proves nothing.
             return False
-        kept = _ops_of(whole)
         # A backend that takes the op whole keeps it so (Vulkan's linear, Core ML's
         # max_pool2d): its own kernel for the op is no worse than the pieces'.
-        if any(overload_of(node.target) == probe.module.target for node in kept) and all(
-            self._ask(whole).takes(node) for node in kept
-        ):
+        kept_whole = any(overload_of(node.target) == probe.module.target for node in _ops_of(whole))
+        if kept_whole and self._takes_every_op(whole):
             return False
-        split = _ops_of(pieces)
-        support = self._ask(pieces)
-        return bool(split) and all(support.takes(node) for node in split)
+        return self._takes_every_op(pieces)
+
+    def _takes_every_op(self, program: ExportedProgram) -> bool:
+        ops = _ops_of(program)
+        if not ops:
+            return False
+        support = self._ask(program)  # once: it may run the backend's own partitioner
+        return all(support.takes(node) for node in ops)
 
 
 def _ops_of(program: ExportedProgram) -> list[torch.fx.Node]:
