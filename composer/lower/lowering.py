@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
 import torch
+from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError
 from composer.lower.cache import Store
@@ -44,10 +46,18 @@ class Lowered:
 
 
 def lower_program(
-    program, resolved, registry, stand_ins, stack: Stack, progress, folder: Path | None, jobs: int
+    program,
+    resolved,
+    registry,
+    stand_ins,
+    stack: Stack,
+    progress,
+    folder: Path | None,
+    jobs: int,
+    again: Callable[[], ExportedProgram] | None = None,
 ) -> Lowered:
     """Lower ``program`` with the resolved stack, reusing lowered partitions from ``folder``
-    (``None``: no cache), ``jobs`` processes lowering them."""
+    (``None``: no cache), ``jobs`` processes lowering them; ``again`` as for ``lower_stack``."""
     # executorch.exir takes seconds to import, and a program from the cache needs none of it.
     from composer.lower.partition_cache import reusing
     from composer.lower.stack import lower_stack
@@ -55,7 +65,9 @@ def lower_program(
     lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
     store = None if folder is None else Store(folder, "partition")
     with reusing(lowering, store, progress, jobs) as reuse:
-        edge, result = lower_stack(program, resolved, registry, stand_ins, stack, progress)
+        edge, result = lower_stack(
+            program, resolved, registry, stand_ins, stack, progress, again
+        )
     result = with_backend_facts(result, resolved)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()

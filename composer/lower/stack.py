@@ -28,9 +28,15 @@ def lower_stack(
     stand_ins: set[str],
     stack: Stack,
     progress: Callable[[str], None] | None = None,
+    again: Callable[[], ExportedProgram] | None = None,
 ) -> tuple[EdgeProgramManager, Plan]:
     """Lower ``program`` with ``backends`` (``stack``'s, resolved) in order; those in
-    ``stand_ins`` lower to a stand-in. ``stack`` has its options' defaults filled in."""
+    ``stand_ins`` lower to a stand-in. ``stack`` has its options' defaults filled in.
+
+    ``again`` gives a program no lowering has touched, equal to ``program``, for a second
+    attempt: a backend's lowering may change the program it is given (OpenVINO's deletes
+    non-persistent buffers from it). ``None`` lowers ``program`` again, which is safe only
+    where every backend lowers to a stand-in."""
     # Which nodes a backend keeps whole but then no backend takes (a pin, a minimum partition
     # size) shows only once the last backend has partitioned the edge program: those that
     # ExecuTorch's own check would refuse are decomposed and the program lowered again. Each
@@ -45,6 +51,8 @@ def lower_stack(
         except KeptWholeButLeft as left:
             if all(origin in decomposed for origin, _ in left.nodes.values()):
                 raise
+            if again is not None:
+                program = again()
             gone |= left.nodes.keys()
             for origin, by_backend in left.nodes.values():
                 decomposed.setdefault(origin, {}).update(by_backend)

@@ -182,8 +182,9 @@ def compose(
         source = program() if first else _fresh(model, example_inputs)
         lowerings.append(current)
         return lower_program(
-            source, resolved, registry, stand_ins, current, progress, folder, workers
-        )
+            source, resolved, registry, stand_ins, current, progress, folder, workers,
+            again=lambda: _fresh(model, example_inputs),
+        )  # fmt: skip
 
     stored = cached.by_module(model, example_inputs) if cached else None
     if stored is None and cached:
@@ -200,12 +201,15 @@ def compose(
         # A repaired program is lowered again with its repairs.
         repaired = pinned_off(stack, [(r["backend"], r["nodes"]) for r in stored["plan"].repairs])
 
-        def lower_frozen() -> Lowered:
+        def export_frozen() -> ExportedProgram:
             with torch.set_grad_enabled(grad):
-                program = export_model(frozen, example_inputs)
+                return export_model(frozen, example_inputs)
+
+        def lower_frozen() -> Lowered:
             return lower_program(
-                program, resolved, registry, stand_ins, repaired, progress, folder, workers
-            )
+                export_frozen(), resolved, registry, stand_ins, repaired, progress, folder,
+                workers, again=export_frozen,
+            )  # fmt: skip
 
         return Composition(stored["buffer"], stored["data_files"], stored["plan"],
                            _eager(model, program), example_inputs_of(model, example_inputs),

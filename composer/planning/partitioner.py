@@ -80,6 +80,22 @@ def aten_op(target: object) -> object:
     return getattr(target, "_op", target)
 
 
+def has_out_variant(target: object) -> bool:
+    """Whether ``to_executorch`` can give ``target`` (an edge op) a kernel: it looks for the
+    op's out variant, and without one fails with "Missing out variants" (aten.max_pool2d,
+    which XNNPACK keeps whole, has none; its decomposition max_pool2d_with_indices has)."""
+    from executorch.exir.operator.convert import to_out_variant
+
+    try:
+        if hasattr(target, "to_out_variant"):
+            target.to_out_variant()
+        else:
+            to_out_variant(target)
+    except RuntimeError:
+        return False
+    return True
+
+
 class Schedule(Protocol):
     """The stack's assignment, as a backend's partitioner reads its own part of it."""
 
@@ -415,12 +431,12 @@ class ComposerPartitioner(Partitioner):
         keepers = [p for p in self.stack or (self,) if isinstance(p, ComposerPartitioner)]
         left: dict[str, tuple[str, dict[str, str]]] = {}
         for node in program.graph_module.graph.nodes:
-            if (
-                node.op != "call_function"
-                or node in taken
-                or node.target not in refused
-                or (op_filter is not None and not op_filter(node))
-            ):
+            if node.op != "call_function" or node in taken or node.target not in refused:
+                continue
+            # With a filter ExecuTorch's check passes every edge node (the filter compares
+            # ATen ops), so a whole node runs on its portable kernel, if it has one
+            # (upsample, stack); one without (max_pool2d) fails later in to_executorch.
+            if op_filter is not None and has_out_variant(node.target):
                 continue
             why = {
                 p.backend.name: p.declined.get(node.name, "not taken")

@@ -1,0 +1,86 @@
+"""Ops a backend asks to keep whole that then no backend takes: what becomes of them.
+
+XNNPACK keeps ``aten.max_pool2d`` whole (under a filter), and ExecuTorch has no out variant
+for it: left undelegated it fails ``to_executorch`` with "Missing out variants". composer
+decomposes such a node (to ``max_pool2d_with_indices``, which portable kernels run) and
+lowers again.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import composer
+from composer.run.runtime import LoadedProgram
+
+
+class ConvPoolLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.fc = nn.Linear(8 * 3 * 3, 4)
+
+    def forward(self, x):
+        y = nn.functional.max_pool2d(torch.relu(self.conv(x)), 2)
+        return self.fc(y.flatten(1))
+
+
+class ScaledPool(nn.Module):
+    """A non-persistent buffer, which OpenVINO's lowering deletes from the program it gets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        scale = torch.linspace(0.5, 1.5, 8).view(1, 8, 1, 1)
+        self.register_buffer("scale", scale, persistent=False)
+        self.conv = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x):
+        return nn.functional.max_pool2d(torch.relu(self.conv(x)) * self.scale, 2)
+
+
+def _runs_like_eager(composition) -> None:
+    actual = LoadedProgram(composition.buffer).run(composition.example_inputs)[0]
+    with torch.no_grad():
+        expected = composition.eager(*composition.example_inputs)
+    # OpenVINO computes in bf16 on CPUs that have it: its tolerance.
+    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=1.6e-2)
+
+
+@pytest.mark.parametrize(
+    "stack",
+    [
+        composer.Stack(["xnnpack"], never={"xnnpack": ["node:aten_max_pool2d_default"]}),
+        composer.Stack(["xnnpack"], never={"xnnpack": ["aten.max_pool2d.default"]}),
+        composer.Stack(["xnnpack"], min_partition_size={"xnnpack": 50}),
+    ],
+    ids=["node-pin", "op-pin", "min-size"],
+)
+def test_a_max_pool_xnnpack_leaves_is_decomposed_for_portable_kernels(stack):
+    composition = composer.compose(ConvPoolLinear().eval(), stack,
+                                   (torch.randn(1, 3, 8, 8),), cache=False)  # fmt: skip
+    portable = composition.plan.ops_on("portable")
+    assert portable["aten.max_pool2d_with_indices.default"] == 1
+    assert "aten.max_pool2d.default" not in portable
+    _runs_like_eager(composition)
+
+
+def test_lowering_again_starts_from_a_program_no_backend_changed():
+    """OpenVINO lowers first, then XNNPACK leaves a max_pool2d whole: the second attempt
+    must not get the program OpenVINO's lowering took the buffer from (KeyError: 'scale')."""
+    pytest.importorskip("openvino")
+    pool = ["aten.max_pool2d.default", "aten.max_pool2d_with_indices.default"]
+    stack = composer.Stack(
+        ["openvino", "xnnpack"],
+        never={"openvino": pool, "xnnpack": ["aten.max_pool2d.default"]},
+    )
+    said: list[str] = []
+    composition = composer.compose(ScaledPool().eval(), stack, (torch.randn(1, 3, 8, 8),),
+                                   cache=False, progress=said.append)  # fmt: skip
+    assert any(line.startswith("decomposing aten_max_pool2d_default") for line in said)
+    assert composition.plan.ops_on("openvino")["aten.mul.Tensor"] == 1
+    assert dict(composition.plan.ops_on("portable")) == {
+        "aten.max_pool2d_with_indices.default": 1
+    }
+    _runs_like_eager(composition)
