@@ -122,6 +122,10 @@ def upstream_quieted(debug: bool) -> Iterator[None]:
         return
     loggers = [logging.getLogger(name) for name in UPSTREAM_LOGGERS]
     levels = [logger.level for logger in loggers]
+    # coremltools draws tqdm bars for every conversion pass; tqdm reads TQDM_* once, when
+    # it is imported, which the backends do lazily, after this.
+    if "tqdm" not in sys.modules:
+        os.environ.setdefault("TQDM_DISABLE", "1")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=FutureWarning)

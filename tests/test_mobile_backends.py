@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import subprocess
 import sys
 
@@ -174,6 +175,23 @@ def test_coreml_then_xnnpack_writes_ml_program_packages_and_matches_eager(model_
         # ExecuTorch's flattened folder: metadata.json beside model.mlpackage, an ML program.
         assert describe_payload(payload).startswith("Core ML model package (ML program")
     assert_verified_by_reference(composition, "CoreMLBackend")
+
+
+@needs_coremltools
+def test_composer_lower_with_coreml_draws_no_conversion_progress_bars(tmp_path):
+    # coremltools draws a tqdm bar per conversion pass: 8 lines of a 5-op MLP on stderr.
+    out = tmp_path / "mlp.pte"
+    run = subprocess.run(
+        [sys.executable, "-m", "composer.cli", "lower", "zoo:mlp", "--backends", "coreml,xnnpack",
+         "-o", str(out)],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "COMPOSER_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert out.exists()
+    assert "coreml:0  5 op(s)" in run.stderr
+    assert "Running MIL" not in run.stderr
+    assert "Converting PyTorch Frontend" not in run.stderr
 
 
 @needs_coremltools
