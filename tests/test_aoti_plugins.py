@@ -192,3 +192,14 @@ def test_transposed_convolutions_go_to_the_next_backend():
     alone = composer.plan(model, ["cuda"], inputs, cache=False)
     reasons = [dict(f.reasons)["cuda"] for f in alone.fallbacks]
     assert reasons == ["AOTInductor has no Triton template for a transposed convolution"] * 2
+
+
+def test_planning_with_cuda_says_nothing_of_ops_executorch_would_not_keep_whole(caplog):
+    # The CUDA plugin keeps whole every op it takes, add and view among them; ExecuTorch
+    # ignores those and said so on the root logger, 11 lines a plan of llama_decoder.
+    model, inputs = zoo.load("llama_decoder")
+    with caplog.at_level("WARNING"):
+        plan = composer.plan(model, ["cuda", "xnnpack"], inputs, cache=False)
+    assert plan.nodes_on("cuda")
+    said = [r.getMessage() for r in caplog.records]
+    assert not [line for line in said if "requested for preservation" in line]

@@ -16,6 +16,7 @@ from composer.contract.errors import ComposerError, PluginError, PreprocessFaile
 from composer.planning.build import build_plan
 from composer.planning.partitioner import ComposerPartitioner, KeptWholeButLeft, PartitionRecord
 from composer.planning.plans import Plan
+from composer.planning.preserved import unsaid_preservation_warnings
 from composer.planning.schedule import StackSchedule
 from composer.registry.discovery import Backend, Registry
 from composer.registry.stack import Stack
@@ -110,12 +111,13 @@ def _lower_once(
 
 def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) -> EdgeProgramManager:
     try:
-        return to_edge_transform_and_lower(
-            program,
-            partitioner=partitioners,
-            # Backends keep ops whole that the edge dialect's validity check does not know.
-            compile_config=EdgeCompileConfig(_check_ir_validity=False),
-        )
+        with unsaid_preservation_warnings():
+            return to_edge_transform_and_lower(
+                program,
+                partitioner=partitioners,
+                # Backends keep ops whole that the edge dialect's validity check does not know.
+                compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            )
     except ComposerError:
         raise
     except Exception as error:

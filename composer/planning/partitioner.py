@@ -25,6 +25,7 @@ from composer.planning.guards import (
     tag_constants,
 )
 from composer.planning.pieces import PieceProbes, decomposable
+from composer.planning.preserved import preserved
 from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 from composer.planning.support import Support, evaluate_support, native_partitioner, plugin_label
 from composer.planning.validate import check_lowerable
@@ -427,6 +428,7 @@ class ComposerPartitioner(Partitioner):
         from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
 
         ops, op_filter = self._stack_ops_to_not_decompose(program)
+        ops = preserved(ops)
         refused = {aten_to_edge(op) for op in ops} | set(ops)
         keepers = [p for p in self.stack or (self,) if isinstance(p, ComposerPartitioner)]
         left: dict[str, tuple[str, dict[str, str]]] = {}
