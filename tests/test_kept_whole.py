@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from eager_check import assert_runs_like_eager
 from torch import nn
 
 import composer
-from composer.run.runtime import LoadedProgram
 
 
 class ConvPoolLinear(nn.Module):
@@ -40,14 +40,6 @@ class ScaledPool(nn.Module):
         return nn.functional.max_pool2d(torch.relu(self.conv(x)) * self.scale, 2)
 
 
-def _runs_like_eager(composition) -> None:
-    actual = LoadedProgram(composition.buffer).run(composition.example_inputs)[0]
-    with torch.no_grad():
-        expected = composition.eager(*composition.example_inputs)
-    # OpenVINO computes in bf16 on CPUs that have it: its tolerance.
-    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=1.6e-2)
-
-
 @pytest.mark.parametrize(
     "stack",
     [
@@ -63,7 +55,7 @@ def test_a_max_pool_xnnpack_leaves_is_decomposed_for_portable_kernels(stack):
     portable = composition.plan.ops_on("portable")
     assert portable["aten.max_pool2d_with_indices.default"] == 1
     assert "aten.max_pool2d.default" not in portable
-    _runs_like_eager(composition)
+    assert_runs_like_eager(composition)
 
 
 def test_lowering_again_starts_from_a_program_no_backend_changed():
@@ -80,7 +72,5 @@ def test_lowering_again_starts_from_a_program_no_backend_changed():
                                    cache=False, progress=said.append)  # fmt: skip
     assert any(line.startswith("decomposing aten_max_pool2d_default") for line in said)
     assert composition.plan.ops_on("openvino")["aten.mul.Tensor"] == 1
-    assert dict(composition.plan.ops_on("portable")) == {
-        "aten.max_pool2d_with_indices.default": 1
-    }
-    _runs_like_eager(composition)
+    assert dict(composition.plan.ops_on("portable")) == {"aten.max_pool2d_with_indices.default": 1}
+    assert_runs_like_eager(composition)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from eager_check import assert_runs_like_eager
 from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 
 import composer
@@ -200,13 +201,6 @@ class UpsampleThenStack(torch.nn.Module):
         return torch.stack([y, y * 2], dim=0)
 
 
-def _runs_like_eager(composition) -> None:
-    actual = LoadedProgram(composition.buffer).run(composition.example_inputs)[0]
-    with torch.no_grad():
-        expected = composition.eager(*composition.example_inputs)
-    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=1.6e-2)
-
-
 @pytest.mark.parametrize(
     ("stack", "on_portable"),
     [
@@ -244,7 +238,7 @@ def test_a_node_openvino_keeps_whole_but_does_not_take_is_lowered_without_it(sta
                                    (torch.randn(1, 3, 8, 8),), cache=False)  # fmt: skip
     plan = composition.plan
     assert dict(plan.ops_on("portable")) == on_portable
-    _runs_like_eager(composition)
+    assert_runs_like_eager(composition)
 
 
 def test_a_node_pinned_off_openvino_stays_whole_where_executorch_lets_it():
@@ -259,4 +253,4 @@ def test_a_node_pinned_off_openvino_stays_whole_where_executorch_lets_it():
     openvino = plan.ops_on("openvino")
     assert openvino["aten.upsample_nearest2d.vec"] == 1
     assert "aten.stack.default" not in openvino
-    _runs_like_eager(composition)
+    assert_runs_like_eager(composition)

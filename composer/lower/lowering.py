@@ -65,9 +65,7 @@ def lower_program(
     lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
     store = None if folder is None else Store(folder, "partition")
     with reusing(lowering, store, progress, jobs) as reuse:
-        edge, result = lower_stack(
-            program, resolved, registry, stand_ins, stack, progress, again
-        )
+        edge, result = lower_stack(program, resolved, registry, stand_ins, stack, progress, again)
     result = with_backend_facts(result, resolved)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
