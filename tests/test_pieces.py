@@ -65,6 +65,29 @@ def test_an_op_pinned_off_the_backend_ahead_stays_whole_for_the_later_one():
     assert "aten.max_pool2d_with_indices.default" in plan.ops_on("openvino")
 
 
+def test_pieces_pinned_off_the_backend_ahead_leave_the_op_whole_for_the_later_one():
+    # What a repair does after OpenVINO's delegate misses eager: it pins the partition's nodes,
+    # pieces among them, off OpenVINO. Decomposed for OpenVINO all the same, nobody took the
+    # max_pool2d_with_indices: portable kernels, between two XNNPACK delegates (resnet18:
+    # 4264 us against XNNPACK alone's 2186).
+    pytest.importorskip("openvino")
+    pieces = ["node:aten_max_pool2d_with_indices_default"]
+    stack = composer.Stack(["openvino", "xnnpack"], never={"openvino": pieces})
+    plan = composer.plan(LinearAndPool().eval(), stack, _inputs(), cache=False)
+    assert plan.ops_on("portable") == {}
+    assert plan.ops_on("xnnpack") == {"aten.max_pool2d.default": 1}
+    # The linear's pieces are not pinned: OpenVINO still takes them.
+    assert plan.ops_on("openvino")["aten.bmm.default"] == 1
+
+
+def test_the_probe_names_no_op_pinned_off_the_backend():
+    node, program = _linear_node()
+    pieces = {"aten.permute_copy.default", "aten.view_copy.default", "aten.addmm.default"}
+    probes = PieceProbes(_Asked(pieces))
+    assert probes.prefers_pieces(node, program, pinned=lambda op: op == "aten.relu.default")
+    assert not probes.prefers_pieces(node, program, pinned=lambda op: op == "aten.addmm.default")
+
+
 def test_keep_whole_any_keeps_whole_what_any_backend_asks_to():
     # Every order decomposes the model alike: what measured placement's per-region pins need.
     pytest.importorskip("openvino")

@@ -255,16 +255,21 @@ class ComposerPartitioner(Partitioner):
     def prefers_pieces_of(self, node: torch.fx.Node, program: ExportedProgram) -> bool:
         """Whether this backend declines ``node`` (of the ATen ``program``) whole but would
         take every op it decomposes into, pins included."""
-        pinned = getattr(self.schedule, "never", {}).get(self.backend.name, frozenset())
-        # A node pin names the edge node (node:aten_linear_default_3), which does not exist
-        # yet: any pin on a node of this op keeps the op whole, as before the probes.
-        edge_name = "node:" + op_name(node).replace(".", "_")
-        if op_name(node) in pinned or any(pin.startswith(edge_name) for pin in pinned):
+        pins = getattr(self.schedule, "never", {}).get(self.backend.name, frozenset())
+
+        def pinned(op: str) -> bool:
+            # A node pin names an edge node (node:aten_linear_default_3), which does not exist
+            # yet: any pin on a node of the op keeps the whole op off this backend, as before
+            # the probes; so does one on a node of a piece (a repair pins the pieces).
+            edge_name = "node:" + op.replace(".", "_")
+            return op in pins or any(pin.startswith(edge_name) for pin in pins)
+
+        if pinned(op_name(node)):
             return False
         if self._pieces is None:
             self._pieces = PieceProbes(lambda probe: self.support(probe, set()),
                                        self.kept_whole_ops)  # fmt: skip
-        return self._pieces.prefers_pieces(node, program)
+        return self._pieces.prefers_pieces(node, program, pinned)
 
     def _own_ops_to_not_decompose(self, ep: ExportedProgram):
         ops = self.registry.call(

@@ -49,30 +49,42 @@ class PieceProbes:
         self._ask = ask
         # Ops the backend itself keeps whole stay whole in its probe, as in its own pass.
         self._keep_whole = keep_whole
-        self._answers: dict[Hashable, bool] = {}
+        # signature -> the op names of the pieces, where the backend takes them all
+        self._answers: dict[Hashable, frozenset[str] | None] = {}
 
-    def prefers_pieces(self, node: torch.fx.Node, program: ExportedProgram) -> bool:
+    def prefers_pieces(
+        self,
+        node: torch.fx.Node,
+        program: ExportedProgram,
+        pinned: Callable[[str], bool] = lambda op: False,
+    ) -> bool:
         """Whether the backend declines ``node``'s op whole but takes every op it decomposes
-        into (False when unsure: the op then stays whole, as before the probes)."""
+        into, none of them ``pinned`` off it (by op name: ``aten.addmm.default``). False when
+        unsure: the op then stays whole, as before the probes."""
         probe = _Probe.of(node, program)
         if probe is None:
             return False
         if probe.signature not in self._answers:
             self._answers[probe.signature] = self._ask_about(probe)
-        return self._answers[probe.signature]
+        pieces = self._answers[probe.signature]
+        # A repair pins the pieces off the backend (resnet18 with openvino,xnnpack: OpenVINO's
+        # max_pool2d_with_indices), and decomposed for it, nobody took them.
+        return pieces is not None and not any(pinned(op) for op in pieces)
 
-    def _ask_about(self, probe: _Probe) -> bool:
+    def _ask_about(self, probe: _Probe) -> frozenset[str] | None:
         try:
             whole, pieces = probe.edge_programs(self._keep_whole)
         except Exception:  # noqa: BLE001
             # A probe that does not export or decompose proves nothing.
-            return False
+            return None
         # A backend that takes the op whole keeps it so (Vulkan's linear, Core ML's
         # max_pool2d): its own kernel for the op is no worse than the pieces'.
         kept_whole = any(overload_of(node.target) == probe.module.target for node in _ops_of(whole))
         if kept_whole and self._takes_every_op(whole):
-            return False
-        return self._takes_every_op(pieces)
+            return None
+        if not self._takes_every_op(pieces):
+            return None
+        return frozenset(op_name(node) for node in _ops_of(pieces))
 
     def _takes_every_op(self, program: ExportedProgram) -> bool:
         ops = _ops_of(program)
