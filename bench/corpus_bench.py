@@ -314,8 +314,8 @@ def child(name: str, stacks: list[str], first_index: int, tune_budget: float, ru
         # for the other), which went to whichever side was first in the model's first case.
         try:
             plain_compose(copy.deepcopy(model), inputs, backends_of(stacks[0])[0])
-        except Exception:  # noqa: BLE001 - the case itself reports plain's failure
-            pass
+        except Exception as error:  # noqa: BLE001 - the case itself reports plain's failure
+            print(f"warm-up: {_error(error)}", file=sys.stderr)
     for offset, stack in enumerate(stacks):
         print(json.dumps({"starting": stack}), flush=True)
         try:
