@@ -12,6 +12,7 @@ import torch.fx
 from executorch.exir.backend.backend_details import BackendDetails
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.operator.convert import to_out_variant
 from torch.export import ExportedProgram
 
 from composer.contract.errors import PartitionError, PluginError
@@ -85,8 +86,6 @@ def has_out_variant(target: object) -> bool:
     """Whether ``to_executorch`` can give ``target`` (an edge op) a kernel: it looks for the
     op's out variant, and without one fails with "Missing out variants" (aten.max_pool2d,
     which XNNPACK keeps whole, has none; its decomposition max_pool2d_with_indices has)."""
-    from executorch.exir.operator.convert import to_out_variant
-
     try:
         if hasattr(target, "to_out_variant"):
             target.to_out_variant()
