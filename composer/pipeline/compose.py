@@ -171,16 +171,17 @@ def compose(
             exported.append(export_model(model, example_inputs))
         return exported[0]
 
-    lowerings: list[Stack] = []
+    exported_used = False  # the exported program went to a lowering, which changed it
 
     def lower(current: Stack) -> Lowered:
+        nonlocal exported_used
         # ExecuTorch's lowering changes the program it is given (a rotary embedding's
         # non-persistent inv_freq leaves it: lowering it again for a repair raised KeyError
         # 'model.rotary_emb.inv_freq'), so each lowering after the first gets a fresh one,
         # and a program the user passed is never lowered itself.
-        first = not lowerings and not isinstance(model, ExportedProgram)
+        first = not exported_used and not isinstance(model, ExportedProgram)
         source = program() if first else _fresh(model, example_inputs)
-        lowerings.append(current)
+        exported_used = True
         return lower_program(
             source, resolved, registry, stand_ins, current, progress, folder, workers,
             again=lambda: _fresh(model, example_inputs),
