@@ -38,9 +38,7 @@ def test_openvino_takes_what_xnnpack_cannot_and_the_runtime_runs_both(cumsum_mlp
     assert result.executor == "executorch runtime"
     assert result.ok, str(result)
     # The compiled OpenVINO code ran: its output differs from eager's in float rounding only.
-    actual = LoadedProgram(composition.buffer).run(composition.example_inputs)[0]
-    expected = composition.eager(*composition.example_inputs)
-    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=1.6e-2)
+    assert_runs_like_eager(composition)
 
 
 def test_the_openvino_version_is_in_the_plan_and_the_program(cumsum_mlp_xnnpack_openvino):
@@ -175,10 +173,7 @@ def test_openvino_alone_lowers_the_bilinear_upsample_it_asks_to_keep_whole():
     result = composition.verify()
     assert result.executor == "executorch runtime"
     assert result.ok, str(result)
-    actual = LoadedProgram(composition.buffer).run(composition.example_inputs)[0]
-    with torch.no_grad():
-        expected = composition.eager(*composition.example_inputs)
-    torch.testing.assert_close(actual, expected, atol=1e-2, rtol=1.6e-2)
+    assert_runs_like_eager(composition)
     # What OpenVINO's own check says, which the plugin follows: nearest yes, bilinear no.
     bilinear = torch.ops.aten.upsample_bilinear2d.vec
     assert not takes_op(bilinear) and takes_op(torch.ops.aten.upsample_nearest2d.vec)
