@@ -14,7 +14,8 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed, first_line
 from composer.planning.build import build_plan
-from composer.planning.partitioner import ComposerPartitioner, KeptWholeButLeft, PartitionRecord
+from composer.planning.kept_whole import KeptWholeButLeft
+from composer.planning.partitioner import ComposerPartitioner, PartitionRecord
 from composer.planning.plans import Plan
 from composer.planning.preserved import unsaid_preservation_warnings
 from composer.planning.schedule import StackSchedule

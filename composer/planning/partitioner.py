@@ -12,10 +12,9 @@ import torch.fx
 from executorch.exir.backend.backend_details import BackendDetails
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
-from executorch.exir.operator.convert import to_out_variant
 from torch.export import ExportedProgram
 
-from composer.contract.errors import PartitionError, PluginError
+from composer.contract.errors import PluginError
 from composer.contract.op_names import op_name
 from composer.planning.boundary import partition_within_boundary
 from composer.planning.guards import (
@@ -25,8 +24,8 @@ from composer.planning.guards import (
     mutated_buffer_placeholders,
     tag_constants,
 )
+from composer.planning.kept_whole import KeptWholeButLeft, kept_whole_but_left, origin_name
 from composer.planning.pieces import PieceProbes, decomposable
-from composer.planning.preserved import preserved
 from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 from composer.planning.support import Support, evaluate_support, native_partitioner, plugin_label
 from composer.planning.validate import check_lowerable
@@ -41,59 +40,6 @@ class PartitionRecord:
     partitions: list[list[tuple[str, str]]]  # per partition: (node name, op)
     declined: dict[str, str]  # node name -> reason
     duplicated_constant_bytes: int
-
-
-class KeptWholeButLeft(PartitionError):
-    """Nodes kept undecomposed for a backend that then no backend took (a pin, a minimum
-    partition size, consolidation): undelegated, ExecuTorch refuses them ("was not decomposed
-    or delegated"), so they must be decomposed and the program lowered again."""
-
-    def __init__(self, nodes: Mapping[str, tuple[str, Mapping[str, str]]]) -> None:
-        # edge node name -> (its origin_name, {backend that kept it whole: why it left it})
-        self.nodes = {name: (origin, dict(left)) for name, (origin, left) in nodes.items()}
-        listed = ", ".join(
-            f"{name} (kept whole for {', '.join(sorted(left))}: {'; '.join(left.values())})"
-            for name, (_, left) in sorted(self.nodes.items())
-        )
-        super().__init__(
-            f"no backend takes {listed}; lower again with them decomposed "
-            "(ComposerPartitioner.decomposed, as composer.compose does)."
-        )
-
-
-def origin_name(node: torch.fx.Node) -> str:
-    """The name of the node of the first exported program that ``node`` descends from.
-
-    The same in the program ``ops_to_not_decompose``'s filter sees and in the edge program a
-    partitioner sees, where the node's own name differs (upsample_nearest2d, then
-    aten_upsample_nearest2d_vec). A node kept whole is its origin's only descendant of its op.
-    """
-    sources = node.meta.get("from_node")
-    if not sources:
-        return node.name
-    source = sources[-1]
-    while source.from_node:
-        source = source.from_node[-1]
-    return source.name
-
-
-def aten_op(target: object) -> object:
-    """The ATen op of an edge op (the form ``ops_to_not_decompose`` lists), else ``target``."""
-    return getattr(target, "_op", target)
-
-
-def has_out_variant(target: object) -> bool:
-    """Whether ``to_executorch`` can give ``target`` (an edge op) a kernel: it looks for the
-    op's out variant, and without one fails with "Missing out variants" (aten.max_pool2d,
-    which XNNPACK keeps whole, has none; its decomposition max_pool2d_with_indices has)."""
-    try:
-        if hasattr(target, "to_out_variant"):
-            target.to_out_variant()
-        else:
-            to_out_variant(target)
-    except RuntimeError:
-        return False
-    return True
 
 
 class Schedule(Protocol):
@@ -423,34 +369,17 @@ class ComposerPartitioner(Partitioner):
         self, program: ExportedProgram, taken: set[torch.fx.Node]
     ) -> dict[str, tuple[str, dict[str, str]]]:
         """Once the last backend has partitioned: the nodes ExecuTorch will refuse, left
-        undecomposed for a backend and taken by none, each with the backends that kept its
-        op whole and why they left it. The same test as ExecuTorch's own check after
-        lowering (``_sanity_check_graph_for_non_decomp_ops``), made before it lowers."""
+        undecomposed for a backend and taken by none (``kept_whole.kept_whole_but_left``)."""
         # Only the last backend knows: a node one backend leaves, a later one may take whole.
         if self.stack and self is not self.stack[-1]:
             return {}
-        from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
-
         ops, op_filter = self._stack_ops_to_not_decompose(program)
-        ops = preserved(ops)
-        refused = {aten_to_edge(op) for op in ops} | set(ops)
-        keepers = [p for p in self.stack or (self,) if isinstance(p, ComposerPartitioner)]
-        left: dict[str, tuple[str, dict[str, str]]] = {}
-        for node in program.graph_module.graph.nodes:
-            if node.op != "call_function" or node in taken or node.target not in refused:
-                continue
-            # With a filter ExecuTorch's check passes every edge node (the filter compares
-            # ATen ops), so a whole node runs on its portable kernel, if it has one
-            # (upsample, stack); one without (max_pool2d) fails later in to_executorch.
-            if op_filter is not None and has_out_variant(node.target):
-                continue
-            why = {
-                p.backend.name: p.declined.get(node.name, "not taken")
-                for p in keepers
-                if aten_op(node.target) in p.kept_whole_ops
-            }
-            left[node.name] = (origin_name(node), why)
-        return left
+        keepers = [
+            (p.backend.name, p.kept_whole_ops, p.declined)
+            for p in self.stack or (self,)
+            if isinstance(p, ComposerPartitioner)
+        ]
+        return kept_whole_but_left(program, taken, ops, op_filter, keepers)
 
     def _report(self, partitions: list[list[torch.fx.Node]], elapsed: float) -> None:
         if self.progress is None:

@@ -1,0 +1,105 @@
+"""Nodes kept undecomposed for a backend that no backend then took, found before ExecuTorch
+refuses them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+import torch
+import torch.fx
+from executorch.exir.operator.convert import to_out_variant
+from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+from torch.export import ExportedProgram
+
+from composer.contract.errors import PartitionError
+from composer.planning.preserved import preserved
+
+
+class KeptWholeButLeft(PartitionError):
+    """Nodes kept undecomposed for a backend that then no backend took (a pin, a minimum
+    partition size, consolidation): undelegated, ExecuTorch refuses them ("was not decomposed
+    or delegated"), so they must be decomposed and the program lowered again."""
+
+    def __init__(self, nodes: Mapping[str, tuple[str, Mapping[str, str]]]) -> None:
+        # edge node name -> (its origin_name, {backend that kept it whole: why it left it})
+        self.nodes = {name: (origin, dict(left)) for name, (origin, left) in nodes.items()}
+        listed = ", ".join(
+            f"{name} (kept whole for {', '.join(sorted(left))}: {'; '.join(left.values())})"
+            for name, (_, left) in sorted(self.nodes.items())
+        )
+        super().__init__(
+            f"no backend takes {listed}; lower again with them decomposed "
+            "(ComposerPartitioner.decomposed, as composer.compose does)."
+        )
+
+
+def origin_name(node: torch.fx.Node) -> str:
+    """The name of the node of the first exported program that ``node`` descends from.
+
+    The same in the program ``ops_to_not_decompose``'s filter sees and in the edge program a
+    partitioner sees, where the node's own name differs (upsample_nearest2d, then
+    aten_upsample_nearest2d_vec). A node kept whole is its origin's only descendant of its op.
+    """
+    sources = node.meta.get("from_node")
+    if not sources:
+        return node.name
+    source = sources[-1]
+    while source.from_node:
+        source = source.from_node[-1]
+    return source.name
+
+
+def aten_op(target: object) -> object:
+    """The ATen op of an edge op (the form ``ops_to_not_decompose`` lists), else ``target``."""
+    return getattr(target, "_op", target)
+
+
+def has_out_variant(target: object) -> bool:
+    """Whether ``to_executorch`` can give ``target`` (an edge op) a kernel: it looks for the
+    op's out variant, and without one fails with "Missing out variants" (aten.max_pool2d,
+    which XNNPACK keeps whole, has none; its decomposition max_pool2d_with_indices has)."""
+    try:
+        if hasattr(target, "to_out_variant"):
+            target.to_out_variant()
+        else:
+            to_out_variant(target)
+    except RuntimeError:
+        return False
+    return True
+
+
+# One backend that asked to keep ops whole: its name, the ATen ops it asked for, and why its
+# last partition() left each node it did not take.
+Keeper = tuple[str, Collection[object], Mapping[str, str]]
+
+
+def kept_whole_but_left(
+    program: ExportedProgram,
+    taken: Collection[torch.fx.Node],
+    ops: Sequence[torch._ops.OpOverload],
+    op_filter: Callable[[torch.fx.Node], bool] | None,
+    keepers: Sequence[Keeper],
+) -> dict[str, tuple[str, dict[str, str]]]:
+    """The nodes of ``program`` (lowered by the whole stack; ``taken``: delegated) that
+    ExecuTorch will refuse: kept whole as the stack asked (``ops``, under ``op_filter``) and
+    taken by none, each with its origin name and the ``keepers`` that kept its op whole and why
+    they left it. The same test as ExecuTorch's own check after lowering
+    (``_sanity_check_graph_for_non_decomp_ops``), made before it lowers."""
+    ops = preserved(ops)
+    refused = {aten_to_edge(op) for op in ops} | set(ops)
+    left: dict[str, tuple[str, dict[str, str]]] = {}
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function" or node in taken or node.target not in refused:
+            continue
+        # With a filter ExecuTorch's check passes every edge node (the filter compares ATen
+        # ops), so a whole node runs on its portable kernel, if it has one (upsample, stack);
+        # one without (max_pool2d) fails later in to_executorch.
+        if op_filter is not None and has_out_variant(node.target):
+            continue
+        why = {
+            name: declined.get(node.name, "not taken")
+            for name, kept_whole_ops, declined in keepers
+            if aten_op(node.target) in kept_whole_ops
+        }
+        left[node.name] = (origin_name(node), why)
+    return left
