@@ -158,6 +158,43 @@ def test_model_that_fails_to_export_is_a_model_error():
         composer.plan(DataDependent(), ["xnnpack"], (torch.randn(3),))
 
 
+class RescalesOnFirstCall(torch.nn.Module):
+    """As transformers' RWKV: in eval mode, its first call divides its weights in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.rescaled = False
+
+    def forward(self, x):
+        if not self.rescaled:
+            with torch.no_grad():
+                self.linear.weight.div_(2)
+            self.rescaled = True
+        return torch.relu(self.linear(x))
+
+
+def test_a_model_that_writes_its_parameters_is_refused_before_any_backend_lowers():
+    model, inputs = RescalesOnFirstCall().eval(), (torch.randn(2, 8),)
+    with pytest.raises(
+        composer.ModelError,
+        match=r"the model writes to 1 parameter\(s\) in forward \(linear.weight\); "
+        r"an ExecuTorch program cannot update parameters.*one call on the example inputs",
+    ):
+        composer.compose(model, ["xnnpack"], inputs, cache=False)
+    exported = torch.export.export(RescalesOnFirstCall().eval(), inputs, strict=False)
+    with pytest.raises(composer.ModelError, match=r"writes to 1 parameter.*register_buffer"):
+        composer.plan(exported, ["xnnpack"])
+
+
+def test_a_model_that_rescales_once_composes_after_one_call_as_the_error_says():
+    model, inputs = RescalesOnFirstCall().eval(), (torch.randn(2, 8),)
+    model(*inputs)
+    composition = composer.compose(model, ["xnnpack"], inputs, cache=False)
+    assert composition.plan.proof.startswith("ran and matched eager")
+    assert composition.plan.delegate_calls == 1
+
+
 @pytest.fixture(scope="module")
 def installed_plugins(tmp_path_factory) -> Path:
     """The sample and broken plugin packages, pip-installed into a directory of their own."""

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind
 
 from composer.contract.errors import ModelError
 
@@ -35,6 +36,37 @@ def export_model(model: Model, example_inputs: Sequence[Any] | None) -> Exported
             f"{str(error).splitlines()[0] if str(error) else ''}. Make the model exportable "
             "(see torch.export's docs) or export it yourself and pass the ExportedProgram."
         ) from error
+
+
+def parameters_written(program: ExportedProgram) -> list[str]:
+    """The parameters ``program``'s forward writes to, as ExecuTorch's lowering sees them once
+    functionalized (``torch.export`` keeps the write in place, in a no_grad region's
+    submodule, so the exported graph alone does not say). A full retrace: for a lowering that
+    failed, not for every one."""
+    try:
+        functional = program.run_decompositions({})
+    except Exception:  # noqa: BLE001 - the lowering's own error says more than this one
+        return []
+    return [
+        spec.target
+        for spec in functional.graph_signature.output_specs
+        if spec.kind == OutputKind.PARAMETER_MUTATION
+    ]
+
+
+def parameters_written_error(written: Sequence[str]) -> ModelError:
+    """Why no ExecuTorch lowering of a program that writes ``written`` can succeed: it fails
+    deep in a backend's ``to_backend`` or in ``to_executorch`` ("SpecViolationError: Parameter
+    output getitem_6 does not point to a parameter that exists"), which reads as the backend's
+    fault. transformers' RWKV rescales its weights in place on its first call in eval mode."""
+    shown = ", ".join(written[:4]) + (f" and {len(written) - 4} more" if len(written) > 4 else "")
+    return ModelError(
+        f"the model writes to {len(written)} parameter(s) in forward ({shown}); an ExecuTorch "
+        "program cannot update parameters, with any backend. Register what forward updates as "
+        "a buffer (register_buffer), or make the update before export: a model that changes "
+        "its weights once, on its first call (transformers' RWKV rescales them in eval mode), "
+        "exports without the write after one call on the example inputs."
+    )
 
 
 def example_inputs_of(model: Model, given: Sequence[Any] | None) -> tuple:

@@ -13,6 +13,7 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_trans
 from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed, first_line
+from composer.lower.export import parameters_written, parameters_written_error
 from composer.planning.build import build_plan
 from composer.planning.kept_whole import KeptWholeButLeft
 from composer.planning.partitioner import ComposerPartitioner, PartitionRecord
@@ -122,6 +123,9 @@ def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) ->
     except ComposerError:
         raise
     except Exception as error:
+        written = parameters_written(program)
+        if written:
+            raise parameters_written_error(written) from error
         raise _lowering_error(error, partitioners) from error
 
 
