@@ -14,6 +14,7 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed, first_line
 from composer.lower.export import parameters_written, parameters_written_error
+from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.planning.build import build_plan
 from composer.planning.kept_whole import KeptWholeButLeft
 from composer.planning.partitioner import ComposerPartitioner, PartitionRecord
@@ -116,6 +117,7 @@ def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) ->
         with unsaid_preservation_warnings():
             return to_edge_transform_and_lower(
                 program,
+                transform_passes=list(KERNEL_GAP_PASSES),
                 partitioner=partitioners,
                 # Backends keep ops whole that the edge dialect's validity check does not know.
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -49,7 +50,13 @@ class NativeLog:
         with tempfile.TemporaryFile() as sink:
             os.dup2(sink.fileno(), 2)
             try:
-                yield self
+                # The pip runtime logs through Python's sys.stderr, not the descriptor: under
+                # pytest's capture (composer's pytest plugin) the reason went to pytest.
+                with (
+                    open(2, "w", closefd=False) as descriptor,
+                    contextlib.redirect_stderr(descriptor),
+                ):
+                    yield self
             finally:
                 os.dup2(saved, 2)
                 os.close(saved)
@@ -59,8 +66,17 @@ class NativeLog:
     def reasons(self) -> str:
         """The log lines that say what went wrong (errors and warnings), one line."""
         lines = [line.strip() for line in self.text.splitlines() if line.strip()]
-        wanted = [ln for ln in lines if "cpuinfo" not in ln and "loaded successfully" not in ln]
+        # After a kernel fails, the runtime lists its arguments' type ids, a line each: they
+        # pushed the lines that say which kernel failed, and why, out of the last three.
+        wanted = [
+            ln
+            for ln in lines
+            if "cpuinfo" not in ln and "loaded successfully" not in ln and not _ARG_TYPE.search(ln)
+        ]
         return " | ".join(wanted[-3:])
+
+
+_ARG_TYPE = re.compile(r"\] arg \d+ with type id \d+$")
 
 
 # The torch ExecuTorch 1.5.1's pip runtime is built against and links (libtorch_cpu).
