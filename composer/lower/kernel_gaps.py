@@ -9,8 +9,9 @@ backend that took the op before takes its replacement as well or better.
 
 from __future__ import annotations
 
+import torch.fx
 from executorch.exir.dialects._ops import ops as exir_ops
-from executorch.exir.pass_base import ExportPass
+from executorch.exir.pass_base import ExportPass, PassResult
 
 _PAD = exir_ops.edge.aten.constant_pad_nd.default
 _SLICE = exir_ops.edge.aten.slice_copy.Tensor
@@ -21,6 +22,13 @@ class NegativePadAsSlice(ExportPass):
     one token with ``nn.ZeroPad2d((0, 0, 1, -1))``), as a slice then a pad of what is left:
     the portable kernel checks ``pad[i] >= 0`` and fails with error 0x12 at run time, and
     XNNPACK declines the op."""
+
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        # ExportPass retraces the whole graph (new node names, seconds on a large model):
+        # only where there is something to rewrite.
+        if not any(_crops(node) for node in graph_module.graph.nodes):
+            return PassResult(graph_module, False)
+        return super().call(graph_module)
 
     def call_operator(self, op, args, kwargs, meta):
         if op is not _PAD or all(p >= 0 for p in args[1]):
@@ -42,6 +50,10 @@ class NegativePadAsSlice(ExportPass):
         if not any(kept):
             return x
         return super().call_operator(_PAD, (x, kept, value), {}, meta)
+
+
+def _crops(node: torch.fx.Node) -> bool:
+    return node.target is _PAD and any(p < 0 for p in node.args[1])
 
 
 # Applied in this order to every edge program composer lowers (plan's stand-ins included).
