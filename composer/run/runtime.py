@@ -63,6 +63,11 @@ class NativeLog:
                 sink.seek(0)
                 self.text = sink.read().decode(errors="replace")
 
+    def because(self) -> str:
+        """`` (runtime log: ...)`` with :meth:`reasons`, to end an error message; or nothing."""
+        reasons = self.reasons()
+        return f" (runtime log: {reasons})" if reasons else ""
+
     def reasons(self) -> str:
         """The log lines that say what went wrong (errors and warnings), one line."""
         lines = [line.strip() for line in self.text.splitlines() if line.strip()]
@@ -155,7 +160,7 @@ class LoadedProgram:
                 )
         except Exception as error:
             raise ComposerError(
-                f"the ExecuTorch runtime cannot load this program: {error}" + _because(log)
+                f"the ExecuTorch runtime cannot load this program: {error}" + log.because()
             ) from error
         try:
             with log.capture():
@@ -171,7 +176,7 @@ class LoadedProgram:
             lacking = sorted(program_backend_ids(program) - registered_backends())
             hint = CUDA_HINT if "CudaBackend" in lacking else ""
             raise ComposerError(
-                f"the ExecuTorch runtime cannot load method {method!r}: {error}{_because(log)}. "
+                f"the ExecuTorch runtime cannot load method {method!r}: {error}{log.because()}. "
                 + (f"It has no {', '.join(lacking)}; " if lacking else "")
                 + f"it has: {', '.join(sorted(registered_backends()))}.{hint}"
             ) from error
@@ -217,7 +222,7 @@ class LoadedProgram:
                 return list(self.method.execute(list(inputs)))
         except Exception as error:
             raise ComposerError(
-                f"running {self.method_name!r} failed: {error}{_because(log)}"
+                f"running {self.method_name!r} failed: {error}{log.because()}"
             ) from error
 
 
@@ -229,11 +234,6 @@ def _describe(meta) -> str:
         name = str(dtype).removeprefix("torch.") if dtype else f"dtype {info.dtype()}"
         parts.append(f"{list(info.sizes())} {name}")
     return ", ".join(parts) or "no inputs"
-
-
-def _because(log: NativeLog) -> str:
-    reasons = log.reasons()
-    return f" (runtime log: {reasons})" if reasons else ""
 
 
 def run_program(program: bytes, inputs: Sequence[torch.Tensor], method: str = "forward") -> list:

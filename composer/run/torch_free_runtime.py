@@ -26,6 +26,7 @@ import torch
 
 from composer.contract.errors import ComposerError
 from composer.run.loads import note_loaded
+from composer.run.runtime import NativeLog
 
 DISTRIBUTION = "executorch-numpy-runtime"
 
@@ -100,13 +101,17 @@ class TorchFreeMethod:
 
     def __init__(self, program: bytes) -> None:
         note_loaded()
+        # Its first load logs CPU probing to stderr ("cpuinfo_utils.cpp:71] Reading file ..."
+        # in a user's terminal on the GPU machine), and a failed one the reason only there.
+        log = NativeLog()
         try:
-            self._method = (
-                _runtime().Runtime.get().load_program(bytes(program)).load_method("forward")
-            )
+            with log.capture():
+                self._method = (
+                    _runtime().Runtime.get().load_program(bytes(program)).load_method("forward")
+                )
         except Exception as error:
             raise ComposerError(
-                f"{DISTRIBUTION} (ExecuTorch {version()}) cannot load it: {error}"
+                f"{DISTRIBUTION} (ExecuTorch {version()}) cannot load it: {error}{log.because()}"
             ) from error
 
     def execute(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
