@@ -114,7 +114,21 @@ class TorchFreeMethod:
                 f"{DISTRIBUTION} (ExecuTorch {version()}) cannot load it: {error}{log.because()}"
             ) from error
 
+    # The first call of any method in the process makes XNNPACK's threadpool, which probes the
+    # CPU and logs it to stderr (seen on the H100); later calls are timed, so not captured.
+    _pool_made = False
+
     def execute(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         # Its outputs are fresh copies, so from_numpy shares nothing with the runtime.
         arrays = [t.detach().cpu().contiguous().numpy() for t in inputs]
-        return [torch.from_numpy(np.asarray(out)) for out in self._method(arrays)]
+        if TorchFreeMethod._pool_made:
+            outputs = self._method(arrays)
+        else:
+            log = NativeLog()
+            try:
+                with log.capture():
+                    outputs = self._method(arrays)
+            except RuntimeError as error:  # its reason is in the log it would have printed
+                raise RuntimeError(f"{error}{log.because()}") from error
+            TorchFreeMethod._pool_made = True
+        return [torch.from_numpy(np.asarray(out)) for out in outputs]
