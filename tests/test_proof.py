@@ -3,6 +3,8 @@ whose backend fails (tests of composer.run.proof and composer.pipeline.proven)."
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from executorch.exir.backend.backend_details import BackendDetails
@@ -69,10 +71,53 @@ def test_a_partition_its_backend_fails_to_lower_goes_to_the_next_backend_and_the
     assert verification.ok and verification.executor == "executorch runtime"
 
 
+class AllButWholeLinears(OperatorSupportBase):
+    def is_node_supported(self, submodules, node) -> bool:
+        return composer.op_name(node) != "aten.linear.default"
+
+
+class BrittlePiecesPlugin(BrittlePlugin):
+    """Takes a linear only in pieces (permute_copy + addmm), then fails to lower them."""
+
+    @hookimpl
+    def composer_operator_support(self, backend, program):
+        return AllButWholeLinears()
+
+
+def test_a_repair_says_where_nodes_went_that_the_repaired_program_names_otherwise():
+    # Ahead of XNNPACK, brittle gets each linear as the permute_copy and addmm it takes; the
+    # repair pins those off it, and XNNPACK takes the linears whole: the pieces' names are
+    # gone from the repaired program, and the report follows them by their origin.
+    # Nor does it warn that the repair's own pins on those pieces "name no node".
+    model, inputs = zoo.load("mlp")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        composition = composer.compose(
+            model, ["brittle", "xnnpack"], inputs, registry=registry_with(BrittlePiecesPlugin()),
+            cache=False,
+        )  # fmt: skip
+    plan = composition.plan
+    (repair,) = plan.repairs
+    assert any("addmm" in node for node in repair["nodes"])
+    assert not any("addmm" in node for node in plan.node_backends)
+    assert repair["moved_to"] == {"xnnpack": len(repair["nodes"])}
+    assert plan.proof.startswith("ran and matched eager")
+    assert not [w for w in said if "names no node" in str(w.message)]
+
+
+def test_a_users_pin_that_names_no_node_is_still_warned_about():
+    model, inputs = zoo.load("mlp")
+    with pytest.warns(composer.ComposerWarning, match="'node:aten_linear_default_9' names no node"):
+        composer.plan(model, ["xnnpack"], inputs, never={"xnnpack": ["node:aten_linear_default_9"]})
+
+
 def test_nodes_moved_to_portable_kernels_are_said_in_a_warning(brittle_registry):
     # Correct, and possibly 100x slower: said where the user looks, not only in the plan.
     model, inputs = zoo.load("mlp")
-    with pytest.warns(composer.ComposerWarning, match=r"moved off brittle .* portable kernels"):
+    with pytest.warns(
+        composer.ComposerWarning,
+        match=r"moved off brittle .* portable kernels.*list a backend after brittle that takes",
+    ):
         composition = composer.compose(model, ["brittle"], inputs, registry=brittle_registry,
                                        cache=False)  # fmt: skip
     repairs = composition.plan.repairs
@@ -80,6 +125,33 @@ def test_nodes_moved_to_portable_kernels_are_said_in_a_warning(brittle_registry)
     moved = sum(len(r["nodes"]) for r in repairs)
     assert composition.plan.nodes_on("brittle") == []
     assert len(composition.plan.nodes_on("portable")) >= moved
+
+
+class Everything(OperatorSupportBase):
+    def is_node_supported(self, submodules, node) -> bool:
+        return True
+
+
+class BrittleAllPlugin(BrittlePlugin):
+    """Claims every node, then fails to lower them."""
+
+    @hookimpl
+    def composer_operator_support(self, backend, program):
+        return Everything()
+
+
+def test_the_portable_warning_names_the_backend_after_that_declined_rather_than_advise_it():
+    # brittle's nodes go to XNNPACK after the repair, but for the cumsum, which XNNPACK
+    # declines: advising "list xnnpack" with xnnpack listed would be advice nobody can take.
+    model, inputs = zoo.load("cumsum_mlp")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        composition = composer.compose(model, ["brittle", "xnnpack"], inputs,
+                                       registry=registry_with(BrittleAllPlugin()), cache=False)  # fmt: skip
+    assert composition.plan.repairs[0]["moved_to"].get("portable")
+    (warned,) = [str(w.message) for w in said if "portable kernels" in str(w.message)]
+    assert "xnnpack after it declined them (the plan's fallbacks say why)" in warned
+    assert "xnnpack on a CPU" not in warned
 
 
 def test_strict_placement_moves_nothing_and_says_which_partition_failed(brittle_registry):

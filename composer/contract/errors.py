@@ -15,11 +15,18 @@ class PluginError(ComposerError):
 
 class PreprocessFailed(PluginError):
     """A backend's ``preprocess`` raised for one partition: ``backend`` and the edge program's
-    ``nodes`` it was given, which another backend may still take."""
+    ``nodes`` it was given, which another backend may still take; ``origins`` maps each to the
+    node of the exported program it descends from (its name survives a re-decomposition)."""
 
-    def __init__(self, message: str, backend: str, nodes: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        message: str,
+        backend: str,
+        nodes: tuple[str, ...],
+        origins: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.backend, self.nodes = backend, nodes
+        self.backend, self.nodes, self.origins = backend, nodes, dict(origins or {})
 
 
 class ModelError(ComposerError):
@@ -32,6 +39,10 @@ class PartitionError(ComposerError):
 
 class ComposerWarning(UserWarning):
     """Something composer worked around (a plugin skipped, a tag removed); it says what."""
+
+
+class StalePinWarning(ComposerWarning):
+    """A pin names no node (``node:NAME``) of the program being composed."""
 
 
 def first_line(error: BaseException) -> str:

@@ -16,7 +16,7 @@ from composer.contract.errors import ComposerError, PluginError, PreprocessFaile
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.planning.build import build_plan
-from composer.planning.kept_whole import KeptWholeButLeft
+from composer.planning.kept_whole import KeptWholeButLeft, origin_name
 from composer.planning.partitioner import ComposerPartitioner, PartitionRecord
 from composer.planning.plans import Plan
 from composer.planning.preserved import unsaid_preservation_warnings
@@ -153,9 +153,9 @@ def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -
     frames = _traceback_codes(error)
     if getattr(preprocess, "__code__", None) in frames:
         message = f"{who} failed to lower: {backend_class.__name__}.preprocess raised {happened}"
-        nodes = _preprocessed_nodes(error, preprocess.__code__)
-        if nodes:
-            return PreprocessFailed(message, current.backend.name, nodes)
+        origins = _preprocessed_nodes(error, preprocess.__code__)
+        if origins:
+            return PreprocessFailed(message, current.backend.name, tuple(origins), origins)
         return PluginError(message)
     if isinstance(error, AttributeError) and "processed_bytes" in str(error):
         return PluginError(
@@ -165,17 +165,17 @@ def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -
     return PluginError(f"{who} failed to lower: {happened}")
 
 
-def _preprocessed_nodes(error: BaseException, preprocess) -> tuple[str, ...]:
+def _preprocessed_nodes(error: BaseException, preprocess) -> dict[str, str]:
     """The ops of the partition ``preprocess`` (a code object) was lowering when ``error``
-    went through it: its first argument, the partition's edge program, whose nodes keep the
-    names of the program's."""
+    went through it, each with its ``origin_name``: its first argument, the partition's edge
+    program, whose nodes keep the names of the program's."""
     for frame in _frames(error):
         if frame.f_code is preprocess and preprocess.co_argcount:
             program = frame.f_locals.get(preprocess.co_varnames[0])
             graph = getattr(getattr(program, "graph_module", None), "graph", None)
             if graph is not None:
-                return tuple(n.name for n in graph.nodes if n.op == "call_function")
-    return ()
+                return {n.name: origin_name(n) for n in graph.nodes if n.op == "call_function"}
+    return {}
 
 
 def _frames(error: BaseException | None):

@@ -6,14 +6,22 @@ stack composed again, so its nodes go to the next backend that takes them or to 
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
-from composer.contract.errors import ComposerError, ComposerWarning, PreprocessFailed, first_line
+from composer.contract.errors import (
+    ComposerError,
+    ComposerWarning,
+    PreprocessFailed,
+    StalePinWarning,
+    first_line,
+)
 from composer.planning.assign import node_pin
+from composer.planning.kept_whole import origin_name
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
 from composer.run.proof import Culprit, ProgramFailed, prove
@@ -39,7 +47,8 @@ def composed_and_proven(
     while True:
         culprit = lowering_error = None
         try:
-            composition = build(current)
+            with _own_pins_unremarked(bool(failed)):
+                composition = build(current)
         except PreprocessFailed as error:
             lowering_error = error
             culprit = Culprit(
@@ -47,6 +56,7 @@ def composed_and_proven(
                 f"{error.backend} partition of {error.nodes[0]}",
                 error.nodes,
                 f"failed to lower: {first_line(error).partition('raised ')[2] or first_line(error)}",
+                error.origins,
             )
         else:
             if not check:
@@ -79,6 +89,22 @@ def composed_and_proven(
         current = pinned_off(current, [(culprit.backend, culprit.nodes)])
 
 
+@contextlib.contextmanager
+def _own_pins_unremarked(repairing: bool) -> Iterator[None]:
+    """Without warnings about node pins that name no node, once repairs have pinned nodes:
+    a repair pins a failed partition's nodes by name, pieces among them (OpenVINO's
+    ``addmm``), and the repaired program keeps their op whole for the next backend, so the
+    names are gone. The pin still works (it is why the op stayed whole); "names no node of
+    this program; did you mean ..." would blame the user for composer's own pins. The user's
+    pins were checked by the first attempt, which had no repairs."""
+    if not repairing:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StalePinWarning)
+        yield
+
+
 def pinned_off(stack: Stack, moved) -> Stack:
     """``stack`` with each (backend, nodes) of ``moved`` pinned off that backend: how a
     repaired program is composed again (``plan.repairs`` lists them)."""
@@ -90,22 +116,51 @@ def pinned_off(stack: Stack, moved) -> Stack:
 
 def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Composition:
     plan = composition.plan
+    renamed = any(n not in plan.node_backends for c in failed for n in c.nodes)
+    by_origin = _backends_by_origin(composition) if renamed else {}
+
+    def went_to(culprit: Culprit, node: str) -> str:
+        found = plan.node_backends.get(node) or by_origin.get(culprit.origins.get(node, ""))
+        return found or "elsewhere"
+
     repairs = tuple(
         {
             "backend": c.backend,
             "partition": c.partition,
             "nodes": list(c.nodes),
             "why": c.why,
-            "moved_to": dict(Counter(plan.node_backends.get(n, "elsewhere") for n in c.nodes)),
+            "moved_to": dict(Counter(went_to(c, n) for n in c.nodes)),
         }
         for c in failed
     )
     composition.plan = attrs.evolve(plan, proof=proof, repairs=repairs)
-    _warn_of_portable_kernels(repairs)
+    _warn_of_portable_kernels(repairs, plan.backends)
     return composition
 
 
-def _warn_of_portable_kernels(repairs) -> None:
+def _backends_by_origin(composition: Composition) -> dict[str, str]:
+    """Where each node of the exported program went in ``composition``, by its origin name:
+    a moved node whose op the repaired program decomposes differently has a new name (a
+    repair pins OpenVINO's ``permute_copy`` and ``addmm`` off it, and XNNPACK then takes the
+    ``linear`` whole). Empty for a program from the cache: its edge program is not at hand
+    without lowering again, and the report is not worth that."""
+    if composition.from_cache:
+        return {}
+    backends = composition.plan.node_backends
+    module = composition.edge.exported_program().graph_module
+    graphs = [module.graph]
+    for node in module.graph.nodes:
+        if node.op == "get_attr" and hasattr(getattr(module, node.target), "original_module"):
+            graphs.append(getattr(module, node.target).original_module.graph)
+    return {
+        origin_name(node): backends[node.name]
+        for graph in graphs
+        for node in graph.nodes
+        if node.op == "call_function" and node.name in backends
+    }
+
+
+def _warn_of_portable_kernels(repairs, backends: Sequence[str]) -> None:
     # Correct but possibly 50-200x slower (OpenVINO alone, a bf16 miss on shufflenet_v2: 47 ms
     # on portable kernels against 0.27 ms): the user should not have to read the plan to see.
     moved = Counter()
@@ -113,12 +168,19 @@ def _warn_of_portable_kernels(repairs) -> None:
         moved[repair["backend"]] += repair["moved_to"].get("portable", 0)
     for backend, count in moved.items():
         if count:
+            after = list(backends[backends.index(backend) + 1 :]) if backend in backends else []
+            # With a backend after it, that one declined them: naming xnnpack, already in
+            # the stack, would be advice the user cannot take (lcnet's 4 dim-order copies).
+            remedy = (
+                f"{', '.join(after)} after it declined them (the plan's fallbacks say why)"
+                if after
+                else f"list a backend after {backend} that takes them (xnnpack on a CPU)"
+            )
             warnings.warn(
                 f"{count} node(s) moved off {backend} (the plan's repairs say why) now run on "
-                "ExecuTorch's "
-                "portable kernels, often 10 to 100 times slower than a delegate: list a backend "
-                f"after {backend} that takes them (xnnpack on a CPU), or compose with "
-                f"check=False (--no-check) to keep {backend}'s program as it is, unproven.",
+                "ExecuTorch's portable kernels, often 10 to 100 times slower than a delegate: "
+                f"{remedy}; or compose with check=False (--no-check) to keep {backend}'s "
+                "program as it is, unproven.",
                 ComposerWarning,
                 stacklevel=2,
             )

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 import torch
 
-from composer.contract.errors import ComposerWarning
+from composer.contract.errors import ComposerWarning, StalePinWarning
 from composer.planning.consolidate import PORTABLE, islands_to_move
 
 # A pin that names one node of the edge program, not an op: "node:aten_linear_default_2".
@@ -117,7 +117,7 @@ def _warn_about_node_pin(backend: str, pin: str, nodes: Sequence[str]) -> None:
         f"the pin never {backend} = {pin!r} names no node of this program{hint} (node names "
         "are the edge program's, as `composer plan --json` lists them; measure again with "
         "--placement measured if the model or the stack changed)",
-        ComposerWarning,
+        StalePinWarning,
         stacklevel=3,
     )
 

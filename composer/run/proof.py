@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
+from composer.planning.kept_whole import origin_name
 from composer.planning.plans import Plan, partition_of
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.compare import compare
@@ -49,6 +50,9 @@ class Culprit:
     partition: str
     nodes: tuple[str, ...]
     why: str  # "failed at run time: ...", "does not match eager: ...", "failed to lower: ..."
+    # node -> the exported program's node it descends from: a repaired program may decompose
+    # the op differently (OpenVINO's permute + addmm, XNNPACK's whole linear), names change.
+    origins: Mapping[str, str] = attrs.field(factory=dict)
 
     def describe(self) -> str:
         return f"{self.partition} {self.why}"
@@ -132,13 +136,14 @@ def localize(composition: Provable, *, mismatch: bool = False) -> Culprit | None
 
     def culprit(lowered_name: str, why: str) -> Culprit | None:
         lowered = getattr(reference, lowered_name)
-        inside = {n.name for n in lowered.original_module.graph.nodes}
-        partition = partition_of(plan, inside)
+        inside = {n.name: n for n in lowered.original_module.graph.nodes}
+        partition = partition_of(plan, set(inside))
         if partition is None:
             return None
         nodes = next(p.nodes for p in plan.partitions if p.id == partition)
         backend = next(p.backend for p in plan.partitions if p.id == partition)
-        return Culprit(backend, partition, tuple(nodes), why)
+        origins = {name: origin_name(inside[name]) for name in nodes if name in inside}
+        return Culprit(backend, partition, tuple(nodes), why, origins)
 
     has_cuda = cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
     data = cuda_manifest.named_data(composition.buffer, composition.data_files) if has_cuda else {}
