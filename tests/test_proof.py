@@ -4,6 +4,7 @@ whose backend fails (tests of composer.run.proof and composer.pipeline.proven)."
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -25,17 +26,24 @@ class BrittleBackend(BackendDetails):
         raise ValueError("this compiler cannot build aten.linear on this machine")
 
 
-class LinearsAndRelus(OperatorSupportBase):
+class Claims(OperatorSupportBase):
+    """Supports the nodes whose op name ``claims`` accepts."""
+
+    def __init__(self, claims: Callable[[str], bool]) -> None:
+        super().__init__()
+        self.claims = claims
+
     def is_node_supported(self, submodules, node) -> bool:
-        return composer.op_name(node) in ("aten.linear.default", "aten.relu.default")
+        return self.claims(composer.op_name(node))
 
 
 class BrittlePlugin:
-    """Claims linears and relus, then fails to lower them: a plugin whose support check
-    promises more than its compiler does."""
+    """Claims linears and relus (or what ``claims`` accepts), then fails to lower them: a
+    plugin whose support check promises more than its compiler does."""
 
-    def __init__(self) -> None:
+    def __init__(self, claims: Callable[[str], bool] | None = None) -> None:
         self.spec = BackendSpec("brittle", "BrittleBackend")
+        self.claims = claims or (lambda op: op in ("aten.linear.default", "aten.relu.default"))
 
     @hookimpl
     def composer_backends(self):
@@ -43,7 +51,7 @@ class BrittlePlugin:
 
     @hookimpl
     def composer_operator_support(self, backend, program):
-        return LinearsAndRelus()
+        return Claims(self.claims)
 
 
 @pytest.fixture
@@ -71,31 +79,19 @@ def test_a_partition_its_backend_fails_to_lower_goes_to_the_next_backend_and_the
     assert verification.ok and verification.executor == "executorch runtime"
 
 
-class AllButWholeLinears(OperatorSupportBase):
-    def is_node_supported(self, submodules, node) -> bool:
-        return composer.op_name(node) != "aten.linear.default"
-
-
-class BrittlePiecesPlugin(BrittlePlugin):
-    """Takes a linear only in pieces (permute_copy + addmm), then fails to lower them."""
-
-    @hookimpl
-    def composer_operator_support(self, backend, program):
-        return AllButWholeLinears()
-
-
 def test_a_repair_says_where_nodes_went_that_the_repaired_program_names_otherwise():
-    # Ahead of XNNPACK, brittle gets each linear as the permute_copy and addmm it takes; the
-    # repair pins those off it, and XNNPACK takes the linears whole: the pieces' names are
-    # gone from the repaired program, and the report follows them by their origin.
-    # Nor does it warn that the repair's own pins on those pieces "name no node".
+    # brittle takes all but a whole linear: ahead of XNNPACK, it gets each linear as the
+    # permute_copy and addmm it takes; the repair pins those off it, and XNNPACK takes the
+    # linears whole: the pieces' names are gone from the repaired program, and the report
+    # follows them by their origin. Nor does it warn that the repair's own pins on those
+    # pieces "name no node".
+    pieces_only = registry_with(BrittlePlugin(lambda op: op != "aten.linear.default"))
     model, inputs = zoo.load("mlp")
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         composition = composer.compose(
-            model, ["brittle", "xnnpack"], inputs, registry=registry_with(BrittlePiecesPlugin()),
-            cache=False,
-        )  # fmt: skip
+            model, ["brittle", "xnnpack"], inputs, registry=pieces_only, cache=False
+        )
     plan = composition.plan
     (repair,) = plan.repairs
     assert any("addmm" in node for node in repair["nodes"])
@@ -127,27 +123,14 @@ def test_nodes_moved_to_portable_kernels_are_said_in_a_warning(brittle_registry)
     assert len(composition.plan.nodes_on("portable")) >= moved
 
 
-class Everything(OperatorSupportBase):
-    def is_node_supported(self, submodules, node) -> bool:
-        return True
-
-
-class BrittleAllPlugin(BrittlePlugin):
-    """Claims every node, then fails to lower them."""
-
-    @hookimpl
-    def composer_operator_support(self, backend, program):
-        return Everything()
-
-
 def test_the_portable_warning_names_the_backend_after_that_declined_rather_than_advise_it():
-    # brittle's nodes go to XNNPACK after the repair, but for the cumsum, which XNNPACK
+    # brittle takes every node; they go to XNNPACK after the repair, but for the cumsum, which XNNPACK
     # declines: advising "list xnnpack" with xnnpack listed would be advice nobody can take.
     model, inputs = zoo.load("cumsum_mlp")
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         composition = composer.compose(model, ["brittle", "xnnpack"], inputs,
-                                       registry=registry_with(BrittleAllPlugin()), cache=False)  # fmt: skip
+                                       registry=registry_with(BrittlePlugin(lambda op: True)), cache=False)  # fmt: skip
     assert composition.plan.repairs[0]["moved_to"].get("portable")
     (warned,) = [str(w.message) for w in said if "portable kernels" in str(w.message)]
     assert "xnnpack after it declined them (the plan's fallbacks say why)" in warned
