@@ -249,7 +249,7 @@ def _transformers(
 def _called_once(build: Callable[[], Built]) -> Callable[[], Built]:
     """``build``, its model called once in eval mode: a model that writes to its weights on
     its first call (RWKV) then exports without the write, which no ExecuTorch program can make
-    (composer.lower.export.lowerable)."""
+    (composer.lower.export.parameters_written_error says so)."""
 
     def called() -> Built:
         model, inputs = build()

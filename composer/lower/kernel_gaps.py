@@ -31,7 +31,7 @@ class NegativePadAsSlice(ExportPass):
         return super().call(graph_module)
 
     def call_operator(self, op, args, kwargs, meta):
-        if op is not _PAD or all(p >= 0 for p in args[1]):
+        if op is not _PAD or not _negative(args[1]):
             return super().call_operator(op, args, kwargs, meta)
         x, pad = args[0], list(args[1])
         value = args[2] if len(args) > 2 else kwargs.get("value", 0.0)
@@ -53,7 +53,11 @@ class NegativePadAsSlice(ExportPass):
 
 
 def _crops(node: torch.fx.Node) -> bool:
-    return node.target is _PAD and any(p < 0 for p in node.args[1])
+    return node.target is _PAD and _negative(node.args[1])
+
+
+def _negative(pad) -> bool:
+    return any(p < 0 for p in pad)
 
 
 # Applied in this order to every edge program composer lowers (plan's stand-ins included).

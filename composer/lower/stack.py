@@ -125,10 +125,14 @@ def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) ->
     except ComposerError:
         raise
     except Exception as error:
-        written = parameters_written(program)
-        if written:
-            raise parameters_written_error(written) from error
-        raise _lowering_error(error, partitioners) from error
+        failure = _lowering_error(error, partitioners)
+        # A backend's compiler that raised is the backend's failure, and a repair moves its
+        # partition; anything else may be a parameter write, which only a retrace shows.
+        if not isinstance(failure, PreprocessFailed):
+            written = parameters_written(program)
+            if written:
+                raise parameters_written_error(written) from error
+        raise failure from error
 
 
 def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -> ComposerError:
@@ -153,7 +157,7 @@ def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -
     frames = _traceback_codes(error)
     if getattr(preprocess, "__code__", None) in frames:
         message = f"{who} failed to lower: {backend_class.__name__}.preprocess raised {happened}"
-        origins = _preprocessed_nodes(error, preprocess.__code__)
+        origins = _preprocessed_origins(error, preprocess.__code__)
         if origins:
             return PreprocessFailed(message, current.backend.name, tuple(origins), origins)
         return PluginError(message)
@@ -165,8 +169,8 @@ def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -
     return PluginError(f"{who} failed to lower: {happened}")
 
 
-def _preprocessed_nodes(error: BaseException, preprocess) -> dict[str, str]:
-    """The ops of the partition ``preprocess`` (a code object) was lowering when ``error``
+def _preprocessed_origins(error: BaseException, preprocess) -> dict[str, str]:
+    """The nodes of the partition ``preprocess`` (a code object) was lowering when ``error``
     went through it, each with its ``origin_name``: its first argument, the partition's edge
     program, whose nodes keep the names of the program's."""
     for frame in _frames(error):
