@@ -153,3 +153,14 @@ def test_the_torch_free_runtime_takes_the_threads_too(tmp_path):
     before, after, ok, names = done.stdout.splitlines()[-1].split(" ", 3)
     assert int(before) > 1 and after == "1" and ok == "True"
     assert "executorch-numpy-runtime" in names
+
+
+def test_asking_and_setting_the_threads_prints_nothing(tmp_path):
+    # Making the pool probes the CPU and logs five lines to stderr ("cpuinfo_utils.cpp:71]
+    # Reading file /sys/devices/soc0/image_version"), which `composer lower --bench` printed.
+    if runtime.torch_mismatch():
+        pytest.skip(runtime.torch_mismatch())
+    code = "from composer.run import cpu_threads; cpu_threads.current(); cpu_threads.set_threads(1)"
+    run = python(code, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "cpuinfo" not in run.stderr and "threadpool" not in run.stderr, run.stderr

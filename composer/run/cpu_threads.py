@@ -17,13 +17,16 @@ from composer.contract.errors import ComposerError
 from composer.registry.names import is_count
 from composer.run import torch_free_runtime
 from composer.run.loads import has_loaded
-from composer.run.runtime import torch_mismatch
+from composer.run.runtime import NativeLog, torch_mismatch
 
 
 def current() -> int | None:
     """The threads of the runtime composer runs programs in here; ``None`` where there is none."""
     pool = _pool()
-    return None if pool is None else pool[0]()
+    if pool is None:
+        return None
+    with NativeLog().capture():  # asking may make the pool, which logs its CPU probing
+        return pool[0]()
 
 
 def set_threads(count: int) -> None:
@@ -37,7 +40,8 @@ def set_threads(count: int) -> None:
             "(install executorch for this torch, or executorch-numpy-runtime)."
         )
     get, reset = pool
-    now = get()
+    with NativeLog().capture():
+        now = get()
     if now == count:
         return
     if has_loaded():
@@ -47,7 +51,10 @@ def set_threads(count: int) -> None:
             f"with. Set the threads before anything runs: Stack(threads={count}) in the first "
             f"compose, threads = {count} in the config, or --threads {count}."
         )
-    reset(count)
+    # A new pool probes the CPU and logs that, and its size, to stderr: not the user's
+    # business (5 lines in the middle of `composer lower --bench`).
+    with NativeLog().capture():
+        reset(count)
 
 
 def _pool():
