@@ -24,8 +24,8 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.planning.convex import partition_convex
-from composer.planning.validate import find_tag_cycle
+from composer.scheduler.convex import partition_convex
+from composer.scheduler.validate import find_tag_cycle
 from composer.synthetic import (
     AllButCumsum,
     chain_with_residuals,
@@ -224,8 +224,8 @@ def _executorch_xnnpack_then_aoti(blocks: int, queue) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-    from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
     from composer.plugins.cuda import plugin as cuda
+    from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 
     program = _llama_stack(blocks)
     start = time.perf_counter()

@@ -29,12 +29,12 @@ if TYPE_CHECKING:
     from composer.contract.op_names import op_name
     from composer.contract.options import Option
     from composer.pipeline.compose import compose, plan
-    from composer.planning.drop_in import guard, partitioner
-    from composer.planning.plans import Fallback, Partition, Plan
     from composer.registry.discovery import Registry, default_registry
     from composer.registry.stack import Stack
     from composer.run.composition import Composition
     from composer.run.verification import Verification
+    from composer.scheduler.drop_in import guard, partitioner
+    from composer.scheduler.plans import Fallback, Partition, Plan
 
 _MODULE_OF = {
     "BackendListError": "composer.contract.errors",
@@ -42,12 +42,12 @@ _MODULE_OF = {
     "ComposerError": "composer.contract.errors",
     "ComposerWarning": "composer.contract.errors",
     "Composition": "composer.run.composition",
-    "Fallback": "composer.planning.plans",
+    "Fallback": "composer.scheduler.plans",
     "ModelError": "composer.contract.errors",
     "Option": "composer.contract.options",
-    "Partition": "composer.planning.plans",
+    "Partition": "composer.scheduler.plans",
     "PartitionError": "composer.contract.errors",
-    "Plan": "composer.planning.plans",
+    "Plan": "composer.scheduler.plans",
     "PluginError": "composer.contract.errors",
     "Registry": "composer.registry.discovery",
     "Stack": "composer.registry.stack",
@@ -55,10 +55,10 @@ _MODULE_OF = {
     "Verification": "composer.run.verification",
     "compose": "composer.pipeline.compose",
     "default_registry": "composer.registry.discovery",
-    "guard": "composer.planning.drop_in",
-    "listed": "composer.planning.drop_in",
+    "guard": "composer.scheduler.drop_in",
+    "listed": "composer.scheduler.drop_in",
     "op_name": "composer.contract.op_names",
-    "partitioner": "composer.planning.drop_in",
+    "partitioner": "composer.scheduler.drop_in",
     "plan": "composer.pipeline.compose",
 }
 

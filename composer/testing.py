@@ -23,8 +23,8 @@ import attrs
 import pytest
 
 if TYPE_CHECKING:
-    from composer.planning.plans import Plan
     from composer.registry.stack import Stack
+    from composer.scheduler.plans import Plan
 
 # pytest loads this plugin in every run wherever composer is installed: composer's own modules
 # (and through them torch and ExecuTorch) are imported inside the functions that use them.
@@ -52,7 +52,7 @@ def golden_summary(plan: Plan) -> dict[str, Any]:
     Node names are left out on purpose: they change with torch versions while the
     composition does not.
     """
-    from composer.planning.plans import PORTABLE
+    from composer.scheduler.plans import PORTABLE
 
     return {
         "backends": list(plan.backends),

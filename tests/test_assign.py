@@ -8,10 +8,10 @@ import torch
 import composer
 from composer import zoo
 from composer.contract.errors import PartitionError
-from composer.planning.assign import assign, warn_about_pins_naming_no_op
-from composer.planning.partitioner import ComposerPartitioner
-from composer.planning.schedule import StackSchedule
 from composer.registry.discovery import default_registry
+from composer.scheduler.assign import assign, warn_about_pins_naming_no_op
+from composer.scheduler.partitioner import ComposerPartitioner
+from composer.scheduler.schedule import StackSchedule
 
 DEVICES = {"gpu": "cuda", "cpu": "cpu"}
 CHAIN = {"a": "aten.mm.default", "b": "aten.cumsum.default", "c": "aten.mm.default"}

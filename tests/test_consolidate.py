@@ -9,7 +9,7 @@ import torch
 
 import composer
 from composer import zoo
-from composer.planning.consolidate import islands_to_move
+from composer.scheduler.consolidate import islands_to_move
 from composer.testing import _lowered_with_stand_ins
 
 DEVICES = {"gpu": "cuda", "dsp": "cuda", "cpu": "cpu", "cpu2": "cpu"}

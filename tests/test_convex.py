@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-from composer.planning.convex import partition_convex
-from composer.planning.validate import find_tag_cycle
+from composer.scheduler.convex import partition_convex
+from composer.scheduler.validate import find_tag_cycle
 from composer.synthetic import (
     AllButCumsum,
     chain_with_residuals,

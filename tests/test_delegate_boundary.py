@@ -26,9 +26,9 @@ from composer import BackendSpec, zoo
 from composer.contract.errors import PluginError
 from composer.contract.hookspecs import hookimpl
 from composer.contract.op_names import op_name
-from composer.planning.boundary import partition_within_boundary
-from composer.planning.validate import find_tag_cycle
 from composer.registry import discovery as registry_module
+from composer.scheduler.boundary import partition_within_boundary
+from composer.scheduler.validate import find_tag_cycle
 from composer.synthetic import AllButCumsum, random_dag
 
 DIM_ORDER_COPY = "dim_order_ops._to_dim_order_copy.default"

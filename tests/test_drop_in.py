@@ -62,7 +62,7 @@ def test_stub_then_xnnpack_native_then_guarded():
 def test_listed_tells_each_composer_partitioner_the_others_without_reading_frames(
     monkeypatch,
 ):
-    from composer.planning import drop_in
+    from composer.scheduler import drop_in
 
     def no_frames(partitioner):
         raise AssertionError("a listed partitioner read ExecuTorch's call stack")

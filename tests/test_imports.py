@@ -56,8 +56,8 @@ def test_public_names_load_on_use_and_match_all():
 @pytest.mark.parametrize(
     "first",
     [
-        "import composer.planning.plans",
-        "from composer.planning.plans import Plan",
+        "import composer.scheduler.plans",
+        "from composer.scheduler.plans import Plan",
         "import composer.pipeline.compose",
         "from composer.run.composition import Composition",
         "composer.Plan",
@@ -71,7 +71,7 @@ import composer
 {first}
 assert composer.plan.__module__ == "composer.pipeline.compose", composer.plan
 assert composer.compose.__module__ == "composer.pipeline.compose", composer.compose
-assert importlib.import_module("composer.planning.plans").Plan is composer.Plan
+assert importlib.import_module("composer.scheduler.plans").Plan is composer.Plan
 assert importlib.import_module("composer.run.composition").Composition is composer.Composition
 """
     _modules_loaded_by(code)

@@ -8,8 +8,8 @@ from eager_check import assert_runs_like_eager
 
 import composer
 from composer.contract.op_names import op_name
-from composer.planning.pieces import PieceProbes
-from composer.planning.support import Support
+from composer.scheduler.pieces import PieceProbes
+from composer.scheduler.support import Support
 
 
 class LinearAndPool(torch.nn.Module):

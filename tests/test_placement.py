@@ -27,8 +27,8 @@ from composer.measure.region_choice import proposal
 from composer.measure.region_costs import Costs, costs
 from composer.measure.region_layouts import layouts, pins
 from composer.measure.regions import Region, _has_kernel, cut, portable_kernels, topological_order
-from composer.planning.plans import Partition as PlanPartition
-from composer.planning.plans import Plan
+from composer.scheduler.plans import Partition as PlanPartition
+from composer.scheduler.plans import Plan
 
 
 def test_candidates_are_the_orders_and_each_backend_alone():

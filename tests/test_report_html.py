@@ -16,9 +16,9 @@ from PIL import Image, ImageColor
 
 import composer
 from composer import zoo
-from composer.planning.plans import PORTABLE
 from composer.report.html import render_html
 from composer.run import cpu_threads
+from composer.scheduler.plans import PORTABLE
 
 SVG = "{http://www.w3.org/2000/svg}"
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "wbr"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import gc
 import time
 
-from composer.planning.convex import partition_convex
-from composer.planning.validate import find_tag_cycle
+from composer.scheduler.convex import partition_convex
+from composer.scheduler.validate import find_tag_cycle
 from composer.synthetic import AllButCumsum, chain_with_residuals
 
 

@@ -12,7 +12,7 @@ from torch import nn
 
 import composer
 from composer import zoo
-from composer.planning.partitioner import ComposerPartitioner
+from composer.scheduler.partitioner import ComposerPartitioner
 
 NO_IR_CHECK = EdgeCompileConfig(_check_ir_validity=False)
 

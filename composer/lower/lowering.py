@@ -14,8 +14,8 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError
 from composer.lower.cache import Store
-from composer.planning.plans import Plan
 from composer.registry.stack import Stack
+from composer.scheduler.plans import Plan
 
 if TYPE_CHECKING:
     from executorch.exir import EdgeProgramManager, ExecutorchProgramManager

@@ -15,14 +15,14 @@ from torch.export import ExportedProgram
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed, first_line
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
-from composer.planning.build import build_plan
-from composer.planning.kept_whole import KeptWholeButLeft, origin_name
-from composer.planning.partitioner import ComposerPartitioner, PartitionRecord
-from composer.planning.plans import Plan
-from composer.planning.preserved import unsaid_preservation_warnings
-from composer.planning.schedule import StackSchedule
 from composer.registry.discovery import Backend, Registry
 from composer.registry.stack import Stack
+from composer.scheduler.build import build_plan
+from composer.scheduler.kept_whole import KeptWholeButLeft, origin_name
+from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
+from composer.scheduler.plans import Plan
+from composer.scheduler.preserved import unsaid_preservation_warnings
+from composer.scheduler.schedule import StackSchedule
 
 
 def lower_stack(

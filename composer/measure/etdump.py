@@ -12,8 +12,8 @@ from pathlib import Path
 import attrs
 
 from composer.measure.latency import BLOCK, Latency
-from composer.planning.plans import ETDUMP
 from composer.run.runtime import LoadedProgram
+from composer.scheduler.plans import ETDUMP
 
 
 @attrs.frozen

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from composer.measure.latency import BLOCK, Latency
-from composer.planning.plans import PORTABLE, partition_of
+from composer.scheduler.plans import PORTABLE, partition_of
 
 
 @attrs.frozen

@@ -39,9 +39,9 @@ from composer.measure.etdump import ProgramTrace, trace
 from composer.measure.latency import interleaved
 from composer.measure.placement_cache import read_cache, write_cache
 from composer.measure.units import partition_times
-from composer.planning.plans import describe_repair
 from composer.run import cpu_threads
 from composer.run.aoti_host import program_runner
+from composer.scheduler.plans import describe_repair
 
 RUNS = 100
 

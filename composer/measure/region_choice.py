@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from composer.measure.region_costs import Costs
 from composer.measure.regions import Region
-from composer.planning.plans import PORTABLE
+from composer.scheduler.plans import PORTABLE
 
 
 def choose(

@@ -14,7 +14,7 @@ import attrs
 
 from composer.measure.regions import Region
 from composer.measure.units import units
-from composer.planning.plans import PORTABLE
+from composer.scheduler.plans import PORTABLE
 
 
 @attrs.frozen

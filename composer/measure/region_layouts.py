@@ -8,8 +8,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from composer.measure.regions import Region
-from composer.planning.assign import node_pin
-from composer.planning.plans import PORTABLE
+from composer.scheduler.assign import node_pin
+from composer.scheduler.plans import PORTABLE
 
 
 def layouts(

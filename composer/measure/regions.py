@@ -11,9 +11,9 @@ from typing import Any
 
 import attrs
 
-from composer.planning.plans import PORTABLE
 from composer.run import torch_free_runtime
 from composer.run.runtime import torch_mismatch
+from composer.scheduler.plans import PORTABLE
 
 MAX_REGION_NODES = 8  # a longer run of nodes the same backends take is cut into pieces
 

@@ -14,7 +14,7 @@ from composer.measure.choice import Alternative, PartitionTime
 from composer.measure.etdump import ProgramTrace
 from composer.measure.hosted_trace import HostedTrace
 from composer.measure.latency import Latency
-from composer.planning.plans import PORTABLE, partition_of
+from composer.scheduler.plans import PORTABLE, partition_of
 
 
 @attrs.frozen

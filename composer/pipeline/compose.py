@@ -22,12 +22,12 @@ from composer.lower.program_cache import ProgramCache
 from composer.measure import placement as measured
 from composer.measure.placement_cache import cache_key
 from composer.pipeline.proven import composed_and_proven, pinned_off
-from composer.planning.plans import Plan
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.names import is_count
 from composer.registry.stack import Stack
 from composer.run import aoti_host, cpu_threads, cuda_manifest
 from composer.run.composition import Composition
+from composer.scheduler.plans import Plan
 
 
 def _prepare(stack: Stack, registry, plan_only):

@@ -20,11 +20,11 @@ from composer.contract.errors import (
     StalePinWarning,
     first_line,
 )
-from composer.planning.assign import node_pin
-from composer.planning.kept_whole import origin_name
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
 from composer.run.proof import Culprit, ProgramFailed, prove
+from composer.scheduler.assign import node_pin
+from composer.scheduler.kept_whole import origin_name
 
 # Each repair moves one partition; a stack of k backends moves a node at most k times.
 MAX_REPAIRS = 16

@@ -7,8 +7,8 @@ from collections import Counter
 
 import attrs
 
-from composer.planning.plans import PORTABLE, Partition, Plan
 from composer.report.placement_html import measured_placement
+from composer.scheduler.plans import PORTABLE, Partition, Plan
 
 # Distinct hues, none of them red: red is reserved for device crossings.
 PALETTE = (

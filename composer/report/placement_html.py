@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from composer.planning.plans import PORTABLE, Plan, timer_of
+from composer.scheduler.plans import PORTABLE, Plan, timer_of
 
 DASH = "\u2013"  # an empty cell
 

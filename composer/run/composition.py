@@ -14,9 +14,9 @@ import torch
 
 from composer.contract.errors import ComposerError
 from composer.lower.atomic import write_all
-from composer.planning.plans import Plan
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, verify
+from composer.scheduler.plans import Plan
 
 if TYPE_CHECKING:
     from executorch.exir import EdgeProgramManager, ExecutorchProgramManager

@@ -19,12 +19,12 @@ import torch
 import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
-from composer.planning.kept_whole import origin_name
-from composer.planning.plans import Plan, partition_of
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.compare import compare
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, verify
+from composer.scheduler.kept_whole import origin_name
+from composer.scheduler.plans import Plan, partition_of
 
 HOW = "running the delegates one by one against their subgraphs"
 

@@ -17,10 +17,10 @@ import attrs
 import torch
 
 from composer.contract.backend_spec import Tolerance
-from composer.planning.plans import Plan
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.compare import compare
 from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
+from composer.scheduler.plans import Plan
 
 
 class Checkable(Protocol):

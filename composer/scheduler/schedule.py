@@ -13,9 +13,9 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerWarning, PartitionError
 from composer.contract.op_names import op_name
-from composer.planning.assign import Assignment, assign, warn_about_pins_naming_no_op
-from composer.planning.partitioner import ComposerPartitioner
-from composer.planning.support import Support
+from composer.scheduler.assign import Assignment, assign, warn_about_pins_naming_no_op
+from composer.scheduler.partitioner import ComposerPartitioner
+from composer.scheduler.support import Support
 
 
 class StackSchedule:

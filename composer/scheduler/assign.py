@@ -17,7 +17,7 @@ import attrs
 import torch
 
 from composer.contract.errors import ComposerWarning, StalePinWarning
-from composer.planning.consolidate import PORTABLE, islands_to_move
+from composer.scheduler.consolidate import PORTABLE, islands_to_move
 
 # A pin that names one node of the edge program, not an op: "node:aten_linear_default_2".
 # Measured placement writes its per-region choice this way (composer.measure.region_search).

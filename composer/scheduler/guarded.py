@@ -11,15 +11,15 @@ import torch.fx
 from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from torch.export import ExportedProgram
 
-from composer.planning.convex import partition_by_color
-from composer.planning.guards import (
+from composer.scheduler.convex import partition_by_color
+from composer.scheduler.guards import (
     TAG,
     clean_foreign_tags,
     foreign_delegate_nodes,
     tag_constants,
     take_tags,
 )
-from composer.planning.validate import check_lowerable, describe_path, find_tag_cycle
+from composer.scheduler.validate import check_lowerable, describe_path, find_tag_cycle
 
 
 class GuardedPartitioner(Partitioner):

@@ -12,11 +12,11 @@ import torch.fx
 from executorch.exir.delegate import executorch_call_delegate
 
 from composer.contract.op_names import op_name
-from composer.planning.guards import foreign_delegate_nodes
-from composer.planning.partitioner import PartitionRecord
-from composer.planning.plans import PORTABLE, Fallback, Partition, Plan
-from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_backend_name
 from composer.registry.discovery import Backend
+from composer.scheduler.guards import foreign_delegate_nodes
+from composer.scheduler.partitioner import PartitionRecord
+from composer.scheduler.plans import PORTABLE, Fallback, Partition, Plan
+from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_backend_name
 
 HOST = "cpu"
 

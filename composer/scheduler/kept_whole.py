@@ -12,7 +12,7 @@ from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
 from torch.export import ExportedProgram
 
 from composer.contract.errors import PartitionError
-from composer.planning.preserved import preserved
+from composer.scheduler.preserved import preserved
 
 
 class KeptWholeButLeft(PartitionError):

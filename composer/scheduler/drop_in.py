@@ -18,10 +18,10 @@ from executorch.exir.backend.partitioner import Partitioner
 
 from composer.contract.errors import ComposerError
 from composer.contract.options import check_options
-from composer.planning.guarded import GuardedPartitioner
-from composer.planning.partitioner import ComposerPartitioner
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.options import declared_options
+from composer.scheduler.guarded import GuardedPartitioner
+from composer.scheduler.partitioner import ComposerPartitioner
 
 
 def partitioner(name: str, *, registry: Registry | None = None, **options: str) -> Partitioner:

@@ -29,7 +29,7 @@ from executorch.exir.tracer import _default_decomposition_table
 from torch.export import ExportedProgram
 
 from composer.contract.op_names import op_name, overload_of
-from composer.planning.support import Support
+from composer.scheduler.support import Support
 
 # Support of one backend on one program, as ComposerPartitioner.support gives it.
 AskSupport = Callable[[ExportedProgram], Support]

@@ -19,10 +19,10 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.contract.errors import ComposerWarning, PluginError
 from composer.contract.op_names import op_name
-from composer.planning.boundary import BoundaryCheck
-from composer.planning.guards import clean_foreign_tags, take_tags
-from composer.planning.validate import describe_path, find_tag_cycle
 from composer.registry.discovery import Backend, Registry
+from composer.scheduler.boundary import BoundaryCheck
+from composer.scheduler.guards import clean_foreign_tags, take_tags
+from composer.scheduler.validate import describe_path, find_tag_cycle
 
 
 @attrs.frozen
@@ -34,7 +34,7 @@ class Support:
     compile_specs: list[CompileSpec]  # those of the plugin's native partitioner, if any
     wanted_constants: set[torch.fx.Node]  # constants its native partitioner tagged
     # why a tensor (named by the node producing it) cannot enter or leave this backend's
-    # delegate of the given partition's nodes, or None if it can (composer.planning.boundary);
+    # delegate of the given partition's nodes, or None if it can (composer.scheduler.boundary);
     # None: every tensor can
     refuses_at_boundary: BoundaryCheck | None = None
 

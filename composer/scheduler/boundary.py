@@ -31,7 +31,7 @@ from collections.abc import Callable, Container
 import attrs
 import torch.fx
 
-from composer.planning.convex import partition_by_support
+from composer.scheduler.convex import partition_by_support
 
 # Why a tensor (given as the node that produces it) cannot enter or leave the delegate made of
 # the partition's nodes (the second argument), or None if it can.

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import torch.fx
 
 from composer.contract.errors import PartitionError
-from composer.planning.guards import TAG
+from composer.scheduler.guards import TAG
 
 
 def find_tag_cycle(

@@ -16,20 +16,20 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import PluginError
 from composer.contract.op_names import op_name
-from composer.planning.boundary import partition_within_boundary
-from composer.planning.guards import (
+from composer.registry.discovery import Backend, Registry
+from composer.scheduler.boundary import partition_within_boundary
+from composer.scheduler.guards import (
     TAG,
     constant_placeholders,
     foreign_delegate_nodes,
     mutated_buffer_placeholders,
     tag_constants,
 )
-from composer.planning.kept_whole import KeptWholeButLeft, kept_whole_but_left, origin_name
-from composer.planning.pieces import PieceProbes, decomposable
-from composer.planning.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
-from composer.planning.support import Support, evaluate_support, native_partitioner, plugin_label
-from composer.planning.validate import check_lowerable
-from composer.registry.discovery import Backend, Registry
+from composer.scheduler.kept_whole import KeptWholeButLeft, kept_whole_but_left, origin_name
+from composer.scheduler.pieces import PieceProbes, decomposable
+from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
+from composer.scheduler.support import Support, evaluate_support, native_partitioner, plugin_label
+from composer.scheduler.validate import check_lowerable
 
 
 @attrs.define
@@ -149,7 +149,7 @@ class ComposerPartitioner(Partitioner):
         # inputs). So each partitioner keeps whole what any backend of the stack keeps
         # whole, each op under the filter of the backend that asked for it.
         # ... except where a backend ahead of the first that asked takes the pieces and not
-        # the whole (composer.planning.pieces): the priority order gives it the node.
+        # the whole (composer.scheduler.pieces): the priority order gives it the node.
         listed_with = list(self.listed_with())
         stack = listed_with if any(p is self for p in listed_with) else [self, *listed_with]
         answers = [
