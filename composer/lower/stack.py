@@ -4,9 +4,12 @@ with composer's partitioners; a clear ComposerError when ExecuTorch fails.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
+import attrs
 import torch
 import torch.fx
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
@@ -18,6 +21,7 @@ from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.registry.discovery import Backend, Registry
 from composer.registry.stack import Stack
 from composer.scheduler.build import build_plan
+from composer.scheduler.dynamic_dims import dynamic_dims
 from composer.scheduler.kept_whole import KeptWholeButLeft, origin_name
 from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
 from composer.scheduler.plans import Plan
@@ -102,17 +106,20 @@ def _lower_once(
     # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
     started = time.perf_counter()
     with torch.no_grad():
-        edge = _lower(program, partitioners)
+        edge = _lower(program, partitioners, records)
     if progress is not None:
         progress(f"lowered with {', '.join(b.name for b in backends)} in "
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip
-    plan = build_plan(
-        edge.exported_program().graph_module, backends, records, stand_ins, schedule.edges
-    )
-    return edge, plan
+    lowered = edge.exported_program()
+    plan = build_plan(lowered.graph_module, backends, records, stand_ins, schedule.edges)
+    return edge, attrs.evolve(plan, dynamic_dims=dynamic_dims(lowered))
 
 
-def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) -> EdgeProgramManager:
+def _lower(
+    program: ExportedProgram,
+    partitioners: list[ComposerPartitioner],
+    records: list[PartitionRecord],
+) -> EdgeProgramManager:
     try:
         with unsaid_preservation_warnings():
             return to_edge_transform_and_lower(
@@ -125,17 +132,19 @@ def _lower(program: ExportedProgram, partitioners: list[ComposerPartitioner]) ->
     except ComposerError:
         raise
     except Exception as error:
-        failure = _lowering_error(error, partitioners)
+        failure = _lowering_error(error, partitioners, records)
         # A backend's compiler that raised is the backend's failure, and a repair moves its
         # partition; anything else may be a parameter write, which only a retrace shows.
-        if not isinstance(failure, PreprocessFailed):
+        if not _raised_in_compiler(error, partitioners):
             written = parameters_written(program)
             if written:
                 raise parameters_written_error(written) from error
         raise failure from error
 
 
-def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -> ComposerError:
+def _lowering_error(
+    error: Exception, partitioners: list[ComposerPartitioner], records: list[PartitionRecord]
+) -> ComposerError:
     """Name the backend (and plugin) a failure inside ExecuTorch's lowering belongs to."""
     happened = f"{type(error).__name__}: {first_line(error)}"
     # ExecuTorch partitions and lowers one partitioner at a time, in list order.
@@ -153,33 +162,67 @@ def _lowering_error(error: Exception, partitioners: list[ComposerPartitioner]) -
             "a bug in composer; please report it with the model."
         )
     backend_class = current.backend_class()
-    preprocess = getattr(backend_class.preprocess, "__func__", backend_class.preprocess)
-    frames = _traceback_codes(error)
-    if getattr(preprocess, "__code__", None) in frames:
-        message = f"{who} failed to lower: {backend_class.__name__}.preprocess raised {happened}"
-        origins = _preprocessed_origins(error, preprocess.__code__)
-        if origins:
-            return PreprocessFailed(message, current.backend.name, tuple(origins), origins)
-        return PluginError(message)
+    handed = next((r.partitions for r in reversed(records) if r.backend is current.backend), [])
     if isinstance(error, AttributeError) and "processed_bytes" in str(error):
         return PluginError(
             f"{who} failed to lower: {backend_class.__name__}.preprocess must return "
             f"executorch's PreprocessResult(processed_bytes=...) ({happened})"
         )
-    return PluginError(f"{who} failed to lower: {happened}")
+    raiser = (
+        f"{backend_class.__name__}.preprocess"
+        if _raised_in_compiler(error, partitioners)
+        else f"ExecuTorch's lowering for {backend_class.__name__}"
+    )
+    message = f"{who} failed to lower: {raiser} raised {happened}"
+    if not handed:
+        return PluginError(message)
+    # Which of the partitions composer handed this backend its compiler was given when it
+    # raised: the partition program in flight, matched by its nodes to what composer tagged,
+    # whatever the function and argument that held it (a classmethod's ``cls`` comes first,
+    # ``preprocess_multimethod`` holds them all).
+    failing = _partition_in_flight(error, handed)
+    if failing is not None:
+        return PreprocessFailed(message, current.backend.name, tuple(failing), failing)
+    # Nothing in flight to match: every partition handed over moves, and the repaired
+    # program is proven again (the plan's repairs say so).
+    everything = {name: name for partition in handed for name, _ in partition}
+    return PreprocessFailed(
+        f"{message} (in one of its {len(handed)} partition(s), not known which: all move)",
+        current.backend.name,
+        tuple(everything),
+        everything,
+    )
 
 
-def _preprocessed_origins(error: BaseException, preprocess) -> dict[str, str]:
-    """The nodes of the partition ``preprocess`` (a code object) was lowering when ``error``
-    went through it, each with its ``origin_name``: its first argument, the partition's edge
-    program, whose nodes keep the names of the program's."""
-    for frame in _frames(error):
-        if frame.f_code is preprocess and preprocess.co_argcount:
-            program = frame.f_locals.get(preprocess.co_varnames[0])
-            graph = getattr(getattr(program, "graph_module", None), "graph", None)
-            if graph is not None:
-                return {n.name: origin_name(n) for n in graph.nodes if n.op == "call_function"}
-    return {}
+def _raised_in_compiler(error: BaseException, partitioners: list[ComposerPartitioner]) -> bool:
+    """Whether ``error`` went through the code of the backend being lowered (its Python
+    package: ``executorch/backends/openvino/...``), not only ExecuTorch's own."""
+    current = next((p for p in reversed(partitioners) if p.entered), None)
+    if current is None or current.stand_in:
+        return False
+    try:
+        package = Path(inspect.getfile(current.backend_class())).parent
+    except (TypeError, OSError, ComposerError):
+        return False
+    return any(Path(frame.f_code.co_filename).is_relative_to(package) for frame in _frames(error))
+
+
+def _partition_in_flight(error: BaseException, handed) -> dict[str, str] | None:
+    """The nodes (each with its ``origin_name``) of the partition of ``handed`` (per partition,
+    its (node name, op) pairs) that a frame the error went through was lowering: the innermost
+    frame holding a program whose compute nodes all belong to one handed partition. Partition
+    programs keep the names of the nodes they were cut from."""
+    owner = {name: index for index, partition in enumerate(handed) for name, _ in partition}
+    for frame in reversed(list(_frames(error))):
+        for value in list(frame.f_locals.values()):
+            graph = getattr(getattr(value, "graph_module", None), "graph", None)
+            if not isinstance(graph, torch.fx.Graph):
+                continue
+            nodes = [n for n in graph.nodes if n.op == "call_function"]
+            indices = {owner.get(n.name) for n in nodes}
+            if nodes and len(indices) == 1 and None not in indices:
+                return {n.name: origin_name(n) for n in nodes}
+    return None
 
 
 def _frames(error: BaseException | None):
@@ -192,8 +235,3 @@ def _frames(error: BaseException | None):
             yield traceback.tb_frame
             traceback = traceback.tb_next
         error = error.__cause__ or error.__context__
-
-
-def _traceback_codes(error: BaseException | None) -> set:
-    """The code objects of every frame the error (and the errors it chains) went through."""
-    return {frame.f_code for frame in _frames(error)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.utils._pytree as pytree
 
 from composer.contract.backend_spec import Tolerance
 
@@ -17,12 +18,9 @@ def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
 
 
 def flatten_tensors(value) -> list[torch.Tensor]:
-    """The tensors of a (nested) output, in order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for item in value for t in flatten_tensors(item)]
-    return []
+    """The tensors of a (nested) output, in order, as torch.export flattens them: eager's
+    tuples, lists, dicts and model-output classes against the runtime's flat list."""
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
 
 
 def compare(actual, expected, tolerance: Tolerance | None = None) -> tuple[bool, float]:

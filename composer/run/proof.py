@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -21,8 +21,9 @@ import torch.fx
 from composer.contract.errors import ComposerError, first_line
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.compare import compare
+from composer.run.inputs import flat_inputs, sizes_to_prove
 from composer.run.runtime import program_backend_ids, runtime_can_run
-from composer.run.verification import Verification, verify
+from composer.run.verification import Verification, eager_outputs, verify
 from composer.scheduler.kept_whole import origin_name
 from composer.scheduler.plans import Plan, partition_of
 
@@ -74,6 +75,9 @@ class Proof:
     verification: Verification | None
     reason: str
     seconds: float
+    # the sizes it ran at, for a program with dynamic dims ("example", "max (s27=128)", ...)
+    sizes: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # sizes eager itself refused, so nothing to compare with
 
     @property
     def ran(self) -> bool:
@@ -82,7 +86,10 @@ class Proof:
     def describe(self) -> str:
         if self.verification is None:
             return f"not run here: {self.reason}"
-        return f"ran and matched eager in {self.seconds:.2f} s ({self.verification.executor})"
+        at = f" at {len(self.sizes)} sizes: {'; '.join(self.sizes)}" if len(self.sizes) > 1 else ""
+        if self.skipped:
+            at += f" (eager refused {'; '.join(self.skipped)})"
+        return f"ran and matched eager{at} in {self.seconds:.2f} s ({self.verification.executor})"
 
 
 def can_prove(program: bytes) -> tuple[bool, str]:
@@ -109,20 +116,40 @@ def prove(composition: Provable) -> Proof:
     provable, why = can_prove(composition.buffer)
     if not provable:
         return Proof(None, why, 0.0)
-    try:
-        verification = verify(composition)
-    except (ComposerError, RuntimeError) as error:
-        failure = f"failed at run time: {first_line(error)}"
-    else:
-        if verification.ok:
-            return Proof(verification, why, time.perf_counter() - started)
-        failure = f"does not match eager: max |composed - eager| = {verification.max_abs_error:.3g}"
-    culprit = localize(composition, mismatch=failure.startswith("does not match"))
-    where = f"; {culprit.partition} ({culprit.backend}) {culprit.why}" if culprit else ""
-    raise ProgramFailed(f"the composed program {failure}{where} (found by {HOW})", culprit)
+    sizes = sizes_to_prove(composition.example_inputs, composition.plan.dynamic_dims)
+    ran: list[str] = []
+    skipped: list[str] = []
+    for label, inputs in sizes:
+        try:
+            expected = eager_outputs(composition, inputs)
+        except Exception:
+            if label == "example":
+                raise
+            skipped.append(label)
+            continue
+        at = "" if len(sizes) == 1 else f" at {label}"
+        try:
+            verification = verify(composition, inputs, expected)
+        except (ComposerError, RuntimeError) as error:
+            failure = f"failed at run time{at}: {first_line(error)}"
+        else:
+            if verification.ok:
+                ran.append(label)
+                continue
+            failure = (
+                f"does not match eager{at}: max |composed - eager| = "
+                f"{verification.max_abs_error:.3g}"
+            )
+        culprit = localize(composition, inputs, mismatch=failure.startswith("does not match"))
+        where = f"; {culprit.partition} ({culprit.backend}) {culprit.why}" if culprit else ""
+        raise ProgramFailed(f"the composed program {failure}{where} (found by {HOW})", culprit)
+    seconds = time.perf_counter() - started
+    return Proof(verification, why, seconds, tuple(ran) if len(sizes) > 1 else (), tuple(skipped))
 
 
-def localize(composition: Provable, *, mismatch: bool = False) -> Culprit | None:
+def localize(
+    composition: Provable, inputs: Sequence[Any] | None = None, *, mismatch: bool = False
+) -> Culprit | None:
     """The first delegate, in the order the program runs them, that fails to load, to run, or
     to match its own subgraph on the inputs the Python reference gives it.
 
@@ -132,7 +159,7 @@ def localize(composition: Provable, *, mismatch: bool = False) -> Culprit | None
     """
     plan = composition.plan
     reference = copy.deepcopy(composition.reference)
-    inputs = tuple(composition.example_inputs)
+    inputs = flat_inputs(composition.example_inputs if inputs is None else inputs)
 
     def culprit(lowered_name: str, why: str) -> Culprit | None:
         lowered = getattr(reference, lowered_name)
@@ -153,6 +180,14 @@ def localize(composition: Provable, *, mismatch: bool = False) -> Culprit | None
             finder.run(*inputs)
         except _Found as found:
             return culprit(found.lowered_name, found.why)
+    if finder.unchecked and (not mismatch or finder.worst is None):
+        # Only delegates that cannot be checked alone are left (a delegate of symbolic size
+        # has no standalone program): the first of them is the suspect, and the repaired
+        # program is proven again whole.
+        lowered_name, why = finder.unchecked[0]
+        return culprit(
+            lowered_name, f"is the first delegate that could not be checked alone ({why})"
+        )
     if mismatch and finder.worst is not None:
         error, lowered_name = finder.worst
         return culprit(
@@ -179,6 +214,7 @@ class _DelegateChecker(torch.fx.Interpreter):
         self.tolerance = plan.tolerance()
         self.data = data  # the program's named data (a CUDA delegate's .so and weights)
         self.worst: tuple[float, str] | None = None  # the largest error within tolerance
+        self.unchecked: list[tuple[str, str]] = []  # (delegate, why it has no program alone)
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         expected = super().call_function(target, args, kwargs)
@@ -201,6 +237,11 @@ class _DelegateChecker(torch.fx.Interpreter):
                 delegate = aoti_host.RuntimeDelegate(lowered, "cpu", single)
         except ComposerError as error:
             raise _Found(name, f"failed to load: {first_line(error)}") from error
+        except Exception as error:  # noqa: BLE001 - ExecuTorch's emitter, not the backend
+            # ExecuTorch cannot emit a delegate of symbolic size as a program of its own
+            # ("Non-const tensor should be an activation tensor: mem_offset 16*CeilToInt(...)").
+            self.unchecked.append((name, f"{type(error).__name__}: {first_line(error)[:120]}"))
+            return expected
         try:
             got = delegate(*operands)
         except (ComposerError, RuntimeError) as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -198,12 +199,21 @@ class LoadedProgram:
                     f"input {index} must be a tensor of shape {list(want_shape)}, got "
                     f"{type(value).__name__}."
                 )
-            if tuple(value.shape) != want_shape or (want_dtype and value.dtype != want_dtype):
+            bounded = index in self.bounded_inputs
+            if not _fits(tuple(value.shape), want_shape, bounded) or (
+                want_dtype and value.dtype != want_dtype
+            ):
                 raise ComposerError(
                     f"input {index} has shape {list(value.shape)} "
                     f"{str(value.dtype).removeprefix('torch.')}; the program was exported for "
-                    f"{_describe(meta)}."
+                    f"{_describe(meta)}" + (" (at most, per dim)" if bounded else "") + "."
                 )
+
+    @functools.cached_property
+    def bounded_inputs(self) -> frozenset[int]:
+        """The method's inputs whose sizes are upper bounds (a dynamic dim): the runtime's
+        metadata gives the bound, and any size up to it is accepted."""
+        return bounded_inputs(self.buffer, self.method_name)
 
     def timed_call(self, inputs: Sequence[object]):
         """A call of the method on ``inputs`` as cheap as the runtime allows, for timing.
@@ -224,6 +234,29 @@ class LoadedProgram:
             raise ComposerError(
                 f"running {self.method_name!r} failed: {error}{log.because()}"
             ) from error
+
+
+def _fits(shape: tuple[int, ...], declared: tuple[int, ...], bounded: bool) -> bool:
+    if not bounded:
+        return shape == declared
+    return len(shape) == len(declared) and all(n <= m for n, m in zip(shape, declared))
+
+
+def bounded_inputs(program: bytes, method: str = "forward") -> frozenset[int]:
+    """Indices of ``method``'s tensor inputs whose shape is dynamic (bounded by the sizes the
+    runtime reports for them)."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir.schema import Tensor, TensorShapeDynamism
+
+    for plan in deserialize_pte_binary(program).program.execution_plan:
+        if plan.name == method:
+            return frozenset(
+                index
+                for index, value in enumerate(plan.inputs)
+                if isinstance(plan.values[value].val, Tensor)
+                and plan.values[value].val.shape_dynamism != TensorShapeDynamism.STATIC
+            )
+    return frozenset()
 
 
 def _describe(meta) -> str:

@@ -19,6 +19,7 @@ import torch
 from composer.contract.backend_spec import Tolerance
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.compare import compare
+from composer.run.inputs import flat_inputs
 from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
 from composer.scheduler.plans import Plan
 
@@ -62,13 +63,16 @@ class Verification:
         )
 
 
-def verify(composition: Checkable, inputs: Sequence[Any] | None = None) -> Verification:
-    """Run ``composition`` with the best executor here and compare it with eager."""
+def verify(
+    composition: Checkable, inputs: Sequence[Any] | None = None, expected: Any = None
+) -> Verification:
+    """Run ``composition`` with the best executor here and compare it with eager (or with
+    ``expected``, eager's outputs on ``inputs`` where the caller has them). ``inputs`` are
+    as the model takes them, nested or not."""
     inputs = tuple(composition.example_inputs if inputs is None else inputs)
     with torch.no_grad():
-        # Copies, so that models updating buffers in place start from the same state as
-        # the freshly loaded program, however often verify is called.
-        expected = copy.deepcopy(composition.eager)(*inputs)
+        if expected is None:
+            expected = eager_outputs(composition, inputs)
         executor, reason, run = _executor(composition)
         actual = run(inputs)
     tolerance = composition.plan.tolerance()
@@ -76,11 +80,19 @@ def verify(composition: Checkable, inputs: Sequence[Any] | None = None) -> Verif
     return Verification(executor, worst, ok, reason, tolerance)
 
 
+def eager_outputs(composition: Checkable, inputs: Sequence[Any]) -> Any:
+    """Eager's outputs on ``inputs``, from a copy of the model: models that update buffers in
+    place (a KV cache) start from the state of a freshly loaded program, however often this
+    is called."""
+    with torch.no_grad():
+        return copy.deepcopy(composition.eager)(*inputs)
+
+
 def _executor(composition: Checkable):
     """(executor name, why it was chosen, a function running the program on inputs)."""
     can_run, reason = runtime_can_run(composition.buffer)
     if can_run:
-        return RUNTIME, reason, lambda inputs: run_program(composition.buffer, inputs)
+        return RUNTIME, reason, lambda inputs: run_program(composition.buffer, flat_inputs(inputs))
     has_cuda = cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
     runner = cpp_runtime.runner_path()
     if runner is not None:
@@ -90,7 +102,7 @@ def _executor(composition: Checkable):
             cpp_runtime.EXECUTOR,
             why,
             lambda inputs: cpp_runtime.run_program(
-                runner, composition.buffer, composition.data_files, inputs
+                runner, composition.buffer, composition.data_files, flat_inputs(inputs)
             ),
         )
     if has_cuda or torch_mismatch():

@@ -84,6 +84,8 @@ class Plan:
     proof: str = ""
     # partitions moved after their delegate failed: backend, partition, nodes, why, moved_to
     repairs: tuple[dict[str, Any], ...] = ()
+    # the program's dynamic input dims and their ranges (composer.scheduler.dynamic_dims)
+    dynamic_dims: tuple[dict[str, Any], ...] = ()
     # node -> what each backend, in order, answered when offered it (not in to_json)
     decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
 
@@ -207,6 +209,7 @@ class Plan:
             "placement": dict(self.placement),
             "proof": self.proof,
             "repairs": [dict(r) for r in self.repairs],
+            "dynamic_dims": [dict(d) for d in self.dynamic_dims],
         }
 
     def to_json(self) -> str:
@@ -239,6 +242,8 @@ class Plan:
                 f"tolerance {backend}: atol {tolerance.atol:g}, rtol {tolerance.rtol:g}"
                 + (f" ({tolerance.reason})" if tolerance.reason else "")
             )
+        if self.dynamic_dims:
+            lines.append(f"dynamic: {describe_dynamic_dims(self.dynamic_dims)}")
         lines.extend(self._placement_lines())
         lines.extend(f"moved: {describe_repair(r)}" for r in self.repairs)
         if self.proof:
@@ -250,6 +255,18 @@ class Plan:
             why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
             lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
         return "\n".join(lines)
+
+
+def describe_dynamic_dims(dims) -> str:
+    """``input 0 dim 1 = s27 in [2, 128]; ...``: what a report says of a dynamic program."""
+    parts = []
+    for entry in dims:
+        ranges = ", ".join(
+            f"{symbol} in [{low}, {'inf' if high is None else high}]"
+            for symbol, (low, high) in entry["ranges"].items()
+        )
+        parts.append(f"input {entry['input']} dim {entry['dim']} = {entry['size']} ({ranges})")
+    return "; ".join(parts)
 
 
 def describe_repair(repair: Mapping[str, Any]) -> str:
