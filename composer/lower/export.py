@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind
 
@@ -70,10 +71,40 @@ def parameters_written_error(written: Sequence[str]) -> ModelError:
 
 
 def example_inputs_of(model: Model, given: Sequence[Any] | None) -> tuple:
+    """The inputs to prove ``model`` on: ``given``, else an ExportedProgram's own example
+    inputs; where those have keyword inputs (export_llama's ``input_pos``), the leaves of
+    ``(args, kwargs)``, which :func:`eager_of` takes."""
     if given is not None:
         return tuple(given)
     stored = getattr(model, "example_inputs", None)
     if stored:
-        args, _kwargs = stored
+        args, kwargs = stored
+        if kwargs:
+            return tuple(pytree.tree_leaves((tuple(args), dict(kwargs))))
         return tuple(args)
     return ()
+
+
+def eager_of(model: Model, given: Sequence[Any] | None) -> torch.nn.Module:
+    """The eager model to compare with, called as :func:`example_inputs_of`'s inputs are."""
+    if isinstance(model, torch.nn.Module):
+        return model
+    eager = model.module()
+    stored = getattr(model, "example_inputs", None)
+    if given is None and stored and stored[1]:
+        _, spec = pytree.tree_flatten((tuple(stored[0]), dict(stored[1])))
+        return KeywordsFlattened(eager, spec)
+    return eager
+
+
+class KeywordsFlattened(torch.nn.Module):
+    """A module with keyword inputs, called with the leaves of ``(args, kwargs)`` in the
+    order torch.export flattens them, which is how an ExecuTorch method takes them."""
+
+    def __init__(self, module: torch.nn.Module, spec: pytree.TreeSpec) -> None:
+        super().__init__()
+        self.module, self.spec = module, spec
+
+    def forward(self, *leaves: Any) -> Any:
+        args, kwargs = pytree.tree_unflatten(list(leaves), self.spec)
+        return self.module(*args, **kwargs)

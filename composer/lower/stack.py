@@ -4,9 +4,10 @@ with composer's partitioners; a clear ComposerError when ExecuTorch fails.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import attrs
@@ -121,7 +122,7 @@ def _lower(
     records: list[PartitionRecord],
 ) -> EdgeProgramManager:
     try:
-        with unsaid_preservation_warnings():
+        with unsaid_preservation_warnings(), _pending_symbols_restored(program):
             return to_edge_transform_and_lower(
                 program,
                 transform_passes=list(KERNEL_GAP_PASSES),
@@ -140,6 +141,28 @@ def _lower(
             if written:
                 raise parameters_written_error(written) from error
         raise failure from error
+
+
+@contextlib.contextmanager
+def _pending_symbols_restored(program: ExportedProgram) -> Iterator[None]:
+    """Lowering leaves unbacked symbols pending in the program's ShapeEnv (export_llama's
+    decoder: 63), which a copy of the program shares, so lowering a copy again for a repair
+    failed with ``PendingUnbackedSymbolNotFound`` (plain ExecuTorch too, lowering twice)."""
+    shape_env = next(
+        (
+            node.meta["val"].fake_mode.shape_env
+            for node in program.graph.nodes
+            if node.op == "placeholder"
+            and getattr(getattr(node.meta.get("val"), "fake_mode", None), "shape_env", None)
+        ),
+        None,
+    )
+    pending = None if shape_env is None else list(shape_env.pending_fresh_unbacked_symbols)
+    try:
+        yield
+    finally:
+        if shape_env is not None:
+            shape_env.pending_fresh_unbacked_symbols[:] = pending
 
 
 def _lowering_error(

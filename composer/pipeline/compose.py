@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import BackendListError, ComposerError, ComposerWarning
 from composer.lower.cache import DamagedEntryWarning, cache_dir, cache_enabled
-from composer.lower.export import Model, example_inputs_of, export_model
+from composer.lower.export import Model, eager_of, example_inputs_of, export_model
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
 from composer.lower.program_cache import ProgramCache
 from composer.measure import placement as measured
@@ -213,7 +213,7 @@ def compose(
             )  # fmt: skip
 
         return Composition(stored["buffer"], stored["data_files"], stored["plan"],
-                           _eager(model, program), example_inputs_of(model, example_inputs),
+                           eager_of(model, example_inputs), example_inputs_of(model, example_inputs),
                            from_cache=True, lower=lower_frozen)  # fmt: skip
     made: list[Lowered] = []
 
@@ -221,7 +221,7 @@ def compose(
         lowered = lower(current)
         made.append(lowered)
         return Composition(lowered.buffer, lowered.data_files, lowered.plan,
-                           _eager(model, program), example_inputs_of(model, example_inputs),
+                           eager_of(model, example_inputs), example_inputs_of(model, example_inputs),
                            lowered=lowered)  # fmt: skip
 
     with _composer_warnings() as said:
@@ -272,10 +272,6 @@ def _fresh(model: Model, example_inputs) -> ExportedProgram:
     if isinstance(model, ExportedProgram):
         return copy.deepcopy(model)
     return export_model(model, example_inputs)
-
-
-def _eager(model: Model, program: Callable[[], ExportedProgram]) -> torch.nn.Module:
-    return model if isinstance(model, torch.nn.Module) else program().module()
 
 
 def _measured(

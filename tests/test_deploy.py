@@ -1,0 +1,100 @@
+"""What people deploy, beside plain ExecuTorch: dynamic shapes, nested inputs, a backend whose
+compiler refuses its partition. Each program composer writes must run in the pip runtime and
+match eager where plain ExecuTorch's program of the same model runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.export import Dim
+
+import composer
+from composer.contract.errors import ComposerError
+from composer.run.runtime import LoadedProgram
+
+
+class SignalNet(torch.nn.Module):
+    """Conv1d over a signal of variable length, as speech front ends are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Conv1d(16, 32, 3, padding=1)
+        self.second = torch.nn.Conv1d(32, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(torch.relu(self.first(x)))
+
+
+def _signal_program() -> torch.export.ExportedProgram:
+    torch.manual_seed(0)
+    model = SignalNet().eval()
+    seq = Dim("seq", min=2, max=128)
+    return torch.export.export(model, (torch.randn(1, 16, 50),), dynamic_shapes=({2: seq},))
+
+
+@pytest.mark.parametrize("stack", ["xnnpack", "openvino,xnnpack"])
+def test_a_dynamic_program_is_proven_at_its_bounds_and_runs_at_any_length(stack):
+    program = _signal_program()
+    composition = composer.compose(program, stack, cache=False)
+
+    plan = composition.plan
+    assert [(d["input"], d["dim"]) for d in plan.dynamic_dims] == [(0, 2)]
+    assert list(plan.dynamic_dims[0]["ranges"].values()) == [[2, 128]]
+    assert "min (s" in plan.proof and "max (s" in plan.proof and "=128)" in plan.proof
+    assert "dynamic: input 0 dim 2" in plan.summary_table()
+    loaded = LoadedProgram(composition.buffer)
+    eager = program.module()
+    for length in (2, 17, 128):
+        x = torch.randn(1, 16, length)
+        loaded.check_inputs([x])
+        (got,) = loaded.run([x])
+        torch.testing.assert_close(got, eager(x), atol=1e-4, rtol=1e-4)
+
+
+def test_the_runtime_refuses_a_length_past_the_bound_with_the_bound_in_words():
+    composition = composer.compose(_signal_program(), "xnnpack", cache=False)
+    with pytest.raises(ComposerError, match=r"exported for \[1, 16, 128\] float32 \(at most"):
+        LoadedProgram(composition.buffer).check_inputs([torch.randn(1, 16, 129)])
+
+
+class Recurrent(torch.nn.Module):
+    """An LSTM called with its state, returning a dict: inputs and outputs are nested."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x, state):
+        out, (h, c) = self.lstm(x, state)
+        return {"logits": self.head(out), "state": (h, c)}
+
+
+@pytest.mark.parametrize("stack", ["xnnpack", "openvino,xnnpack"])
+def test_nested_inputs_are_flattened_as_the_program_takes_them(stack):
+    torch.manual_seed(0)
+    model = Recurrent().eval()
+    inputs = (torch.randn(1, 5, 8), (torch.randn(1, 1, 16), torch.randn(1, 1, 16)))
+    composition = composer.compose(model, stack, inputs, cache=False)
+
+    assert composition.plan.proof.startswith("ran and matched eager")
+    assert composition.verify().ok
+    other = (torch.randn(1, 5, 8), (torch.randn(1, 1, 16), torch.randn(1, 1, 16)))
+    assert composition.verify(other).ok
+
+
+def test_a_real_compiler_failure_moves_the_partition_it_was_handed():
+    # ExecuTorch's own example: SDPA in bf16. OpenVINO's preprocess raises KeyError:
+    # torch.bfloat16; plain ExecuTorch with XNNPACK alone runs it.
+    from executorch.examples.models.toy_model.model import SdpaModule
+
+    module = SdpaModule()
+    model, inputs = module.get_eager_model(), module.get_example_inputs()
+    composition = composer.compose(model, "openvino,xnnpack", inputs, cache=False)
+
+    plan = composition.plan
+    assert plan.proof.startswith("ran and matched eager")
+    (repair,) = plan.repairs
+    assert repair["backend"] == "openvino"
+    assert repair["why"] == "failed to lower: KeyError: torch.bfloat16"
+    assert not plan.nodes_on("openvino")
