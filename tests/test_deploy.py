@@ -98,3 +98,17 @@ def test_a_real_compiler_failure_moves_the_partition_it_was_handed():
     assert repair["backend"] == "openvino"
     assert repair["why"] == "failed to lower: KeyError: torch.bfloat16"
     assert not plan.nodes_on("openvino")
+
+
+@pytest.mark.parametrize("stack", ["cuda", "xnnpack,cuda"])
+def test_a_dynamic_transformer_plans_with_cuda_anywhere(stack):
+    # The cuda plugin's op probes keyed a cache on shapes: a SymInt cannot be hashed.
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2).eval()
+    seq = Dim("seq", min=2, max=128)
+    program = torch.export.export(model, (torch.randn(1, 10, 32),), dynamic_shapes=({1: seq},))
+    plan = composer.plan(program, stack, cache=False)
+
+    assert plan.nodes_on("cuda")
+    assert plan.dynamic_dims[0]["ranges"] == {plan.dynamic_dims[0]["size"]: [2, 128]}

@@ -106,6 +106,7 @@ def _lower_once(
     # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
     # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
     started = time.perf_counter()
+    dims = dynamic_dims(program)  # before lowering, which may rewrite the program in place
     with torch.no_grad():
         edge = _lower(program, partitioners, records)
     if progress is not None:
@@ -113,7 +114,7 @@ def _lower_once(
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     lowered = edge.exported_program()
     plan = build_plan(lowered.graph_module, backends, records, stand_ins, schedule.edges)
-    return edge, attrs.evolve(plan, dynamic_dims=dynamic_dims(lowered))
+    return edge, attrs.evolve(plan, dynamic_dims=dims)
 
 
 def _lower(

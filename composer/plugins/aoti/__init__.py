@@ -86,7 +86,8 @@ def _signature(value) -> object:
     if isinstance(value, torch.fx.Node):
         value = value.meta.get("val")
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
+        # Symbolic sizes by name: a SymInt cannot be hashed ("s27" can, and says the same).
+        return ("tensor", tuple(map(str, value.shape)), value.dtype)
     if isinstance(value, list | tuple):
         return tuple(_signature(item) for item in value)
     return repr(value)
