@@ -27,6 +27,7 @@ from composer.scheduler.kept_whole import KeptWholeButLeft, origin_name
 from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
 from composer.scheduler.plans import Plan
 from composer.scheduler.preserved import unsaid_preservation_warnings
+from composer.scheduler.quantized import output_tolerance
 from composer.scheduler.schedule import StackSchedule
 
 
@@ -106,7 +107,8 @@ def _lower_once(
     # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
     # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
     started = time.perf_counter()
-    dims = dynamic_dims(program)  # before lowering, which may rewrite the program in place
+    # Read before lowering, which may rewrite the program in place.
+    dims, quantization = dynamic_dims(program), output_tolerance(program)
     with torch.no_grad():
         edge = _lower(program, partitioners, records)
     if progress is not None:
@@ -114,7 +116,7 @@ def _lower_once(
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     lowered = edge.exported_program()
     plan = build_plan(lowered.graph_module, backends, records, stand_ins, schedule.edges)
-    return edge, attrs.evolve(plan, dynamic_dims=dims)
+    return edge, attrs.evolve(plan, dynamic_dims=dims, quantization=quantization)
 
 
 def _lower(

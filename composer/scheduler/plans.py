@@ -86,6 +86,8 @@ class Plan:
     repairs: tuple[dict[str, Any], ...] = ()
     # the program's dynamic input dims and their ranges (composer.scheduler.dynamic_dims)
     dynamic_dims: tuple[dict[str, Any], ...] = ()
+    # how far integer kernels may be from a quantized model's q/dq simulation (quantized.py)
+    quantization: Tolerance | None = None
     # node -> what each backend, in order, answered when offered it (not in to_json)
     decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
 
@@ -180,7 +182,10 @@ class Plan:
 
     def tolerance(self) -> Tolerance | None:
         """The loosest tolerance among the backends that took a node (``None``: the default)."""
-        return Tolerance.loosest({b: t for b, t in self.tolerances.items() if self.nodes_on(b)})
+        declared = {b: t for b, t in self.tolerances.items() if self.nodes_on(b)}
+        if self.quantization is not None:
+            declared["quantized"] = self.quantization
+        return Tolerance.loosest(declared)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -210,6 +215,7 @@ class Plan:
             "proof": self.proof,
             "repairs": [dict(r) for r in self.repairs],
             "dynamic_dims": [dict(d) for d in self.dynamic_dims],
+            "quantization": None if self.quantization is None else self.quantization.to_dict(),
         }
 
     def to_json(self) -> str:
@@ -244,13 +250,18 @@ class Plan:
             )
         if self.dynamic_dims:
             lines.append(f"dynamic: {describe_dynamic_dims(self.dynamic_dims)}")
+        if self.quantization is not None:
+            q = self.quantization
+            lines.append(f"tolerance quantized: atol {q.atol:g}, rtol {q.rtol:g} ({q.reason})")
         lines.extend(self._placement_lines())
         lines.extend(f"moved: {describe_repair(r)}" for r in self.repairs)
         if self.proof:
             lines.append(f"proof: {self.proof}")
-        if self.libraries:
-            lines.append("compiled with: " + ", ".join(
-                f"{b}: {lib}" for b, lib in self.libraries.items()))  # fmt: skip
+        # Only the compilers that compiled something: "compiled with: openvino" where
+        # OpenVINO took no node misleads.
+        used = {b: lib for b, lib in self.libraries.items() if self.nodes_on(b)}
+        if used:
+            lines.append("compiled with: " + ", ".join(f"{b}: {lib}" for b, lib in used.items()))
         for fallback in self.fallbacks:
             why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
             lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
