@@ -73,7 +73,7 @@ def _plan(args: argparse.Namespace) -> int:
     from composer.model_source import load_model
 
     stack = _stack(args)
-    model, inputs = load_model(args.model)
+    model, inputs = load_model(args.model, args.dynamic)
     plan = composer.plan(model, stack, inputs, cache=not args.no_cache)
     print(plan.to_json() if args.json else plan.summary_table())
     return 0
@@ -91,7 +91,7 @@ def _lower(args: argparse.Namespace) -> int:
     # Minutes of lowering must not end in "cannot write": every path is checked first.
     check_writable([output] if report is None else [output, report])
     stack = _stack(args)
-    model, inputs = load_model(args.model)
+    model, inputs = load_model(args.model, args.dynamic)
     started = time.perf_counter()
 
     def progress(line: str) -> None:
@@ -154,6 +154,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from composer.model_source import load_model
     from composer.run import cpp_runtime
+    from composer.run.inputs import flat_inputs
     from composer.run.runtime import LoadedProgram, runtime_can_run
     from composer.run.verification import RUNTIME
 
@@ -173,18 +174,21 @@ def _run(args: argparse.Namespace) -> int:
 
         cpu_threads.set_threads(args.threads)
     buffer = program.read_bytes()
+    # The method takes the leaves of nested inputs, as torch.export flattened them; eager
+    # takes them as they are.
+    flat = flat_inputs(inputs)
     loaded = None
     runner = cpp_runtime.runner_path()
     data_paths = sorted(program.parent.glob("*.ptd"))
     if runner is not None and not runtime_can_run(buffer)[0]:
         # A program the pip runtime cannot run (CUDA delegates): ExecuTorch's own C++ runtime.
         data_files = {p.name: p.read_bytes() for p in data_paths}
-        outputs = cpp_runtime.run_program(runner, buffer, data_files, inputs, args.threads)
+        outputs = cpp_runtime.run_program(runner, buffer, data_files, flat, args.threads)
         print(f"executor: {cpp_runtime.EXECUTOR} ({runner})")
     else:
-        loaded = LoadedProgram(buffer)
-        loaded.check_inputs(inputs)
-        outputs = loaded.run(inputs)
+        loaded = LoadedProgram(buffer, args.method)
+        loaded.check_inputs(flat)
+        outputs = loaded.run(flat)
         print(f"executor: {RUNTIME} (the pip wheel's, through its Python bindings)")
     for index, output in enumerate(outputs):
         print(
@@ -198,7 +202,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.bench and loaded is not None:
         _print_program_latency(buffer, loaded, eager, inputs, args.bench)
     elif args.bench:
-        _print_runner_latency(runner, program, data_paths, inputs, args.bench, args.threads)
+        _print_runner_latency(runner, program, data_paths, flat, args.bench, args.threads)
     if eager is None:
         return 0
     from composer.run.compare import compare
@@ -242,8 +246,9 @@ def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> N
     from composer.measure.latency import interleaved
     from composer.measure.singles import ProgramLatency
     from composer.report.latency_table import latency_table
+    from composer.run.inputs import flat_inputs
 
-    candidates = {"program": loaded.timed_call(inputs)}
+    candidates = {"program": loaded.timed_call(flat_inputs(inputs))}
     if eager is not None:
         candidates["eager"] = lambda: eager(*inputs)
     with torch.no_grad():
@@ -258,7 +263,7 @@ def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> N
     rows = [ProgramLatency(name, None if name == "eager" else calls, latency)
             for name, latency in timed.items()]  # fmt: skip
     print(latency_table(rows))
-    per_delegate = delegate_times(buffer, inputs, runs)
+    per_delegate = delegate_times(buffer, flat_inputs(inputs), runs)
     if not per_delegate:
         print("time per delegate: not available (the event tracer's delegate calls could not be "
               "matched with the program's: a method with control flow)")  # fmt: skip
@@ -286,7 +291,7 @@ def _explain(args: argparse.Namespace) -> int:
     from composer.model_source import load_model
 
     stack = _stack(args)
-    model, inputs = load_model(args.model)
+    model, inputs = load_model(args.model, args.dynamic)
     plan = composer.plan(model, stack, inputs, cache=not args.no_cache)
     if args.node:
         nodes = [args.node] if args.node in plan.node_backends else []
@@ -326,6 +331,11 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backends", help="priority list, e.g. tensorrt_stub,xnnpack (default: the config's)"
     )
+    parser.add_argument(
+        "--dynamic", action="append", default=[], metavar="INPUT:DIM=MIN..MAX",
+        help="export with this dim dynamic, e.g. 0:1=2..128 (repeatable); the program is "
+        "proven at the example, MIN, MAX and a size between",
+    )  # fmt: skip
     parser.add_argument(
         "--option", action="append", default=[], metavar="BACKEND.NAME=VALUE",
         help="a backend option, e.g. cuda.max_autotune=OFF (repeatable)",
@@ -403,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a .pte in the ExecuTorch runtime")
     run.add_argument("program", help="the .pte")
     run.add_argument("--inputs", help="a tuple of tensors saved with torch.save")
+    run.add_argument("--method", default="forward", help="the method to run (default: forward)")
     run.add_argument("--compare", metavar="MODEL", help="check against this model in eager")
     run.add_argument(
         "--bench", type=int, nargs="?", const=200, metavar="N",

@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,59 @@ from composer import corpus, zoo
 from composer.contract.errors import ModelError
 
 
-def load_model(source: str) -> tuple[Any, tuple | None]:
-    """Return ``(model, example_inputs)``; for a ``.pt2`` the model is an ExportedProgram."""
+def load_model(source: str, dynamic: Sequence[str] = ()) -> tuple[Any, tuple | None]:
+    """Return ``(model, example_inputs)``; for a ``.pt2`` the model is an ExportedProgram.
+    ``dynamic`` (``--dynamic``, see :func:`dynamic_shapes_from_text`) exports the module with
+    those dims dynamic."""
+    model, inputs = _load(source)
+    if not dynamic:
+        return model, inputs
+    if not isinstance(model, torch.nn.Module):
+        raise ModelError(
+            f"--dynamic is for a module: {source} is already exported, with the dims it was "
+            "exported with. Export it with dynamic_shapes= and save it again."
+        )
+    shapes = dynamic_shapes_from_text(dynamic, inputs or ())
+    try:
+        return torch.export.export(model.eval(), tuple(inputs), dynamic_shapes=shapes), inputs
+    except Exception as error:
+        raise ModelError(
+            f"torch.export could not make {', '.join(dynamic)} dynamic: "
+            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        ) from error
+
+
+DYNAMIC_FORM = re.compile(r"^(?:(\d+):)?(\d+)=(\d+)\.\.(\d+)$")
+
+
+def dynamic_shapes_from_text(specs: Sequence[str], inputs: Sequence[Any]) -> tuple:
+    """torch.export's ``dynamic_shapes`` from ``INPUT:DIM=MIN..MAX`` strings (``INPUT``
+    defaults to 0): ``1=2..128`` makes dim 1 of the first input a size from 2 to 128. Dims
+    with the same range share one symbol, as a sequence length shared by inputs does."""
+    shapes: list[dict[int, Any]] = [{} for _ in inputs]
+    symbols: dict[tuple[int, int], Any] = {}
+    for spec in specs:
+        match = DYNAMIC_FORM.match(spec.replace(" ", ""))
+        if match is None:
+            raise ModelError(
+                f"--dynamic {spec!r}: write INPUT:DIM=MIN..MAX, e.g. 0:1=2..128 (dim 1 of the "
+                "first input from 2 to 128); INPUT defaults to 0."
+            )
+        index, dim, low, high = (int(g) if g else 0 for g in match.groups())
+        if index >= len(inputs) or not isinstance(inputs[index], torch.Tensor):
+            raise ModelError(f"--dynamic {spec!r}: the model has no tensor input {index}.")
+        if dim >= inputs[index].dim() or not low <= inputs[index].shape[dim] <= high:
+            raise ModelError(
+                f"--dynamic {spec!r}: input {index} has shape {list(inputs[index].shape)}; the "
+                "dim must exist and its example size lie in the range."
+            )
+        if (low, high) not in symbols:
+            symbols[(low, high)] = torch.export.Dim(f"d{len(symbols)}", min=low, max=high)
+        shapes[index][dim] = symbols[(low, high)]
+    return tuple(shape or None for shape in shapes)
+
+
+def _load(source: str) -> tuple[Any, tuple | None]:
     if source.startswith("zoo:"):
         return zoo.load(source.removeprefix("zoo:"))
     if source.startswith("corpus:"):  # real architectures; needs the [corpus] extra

@@ -112,3 +112,28 @@ def test_a_dynamic_transformer_plans_with_cuda_anywhere(stack):
 
     assert plan.nodes_on("cuda")
     assert plan.dynamic_dims[0]["ranges"] == {plan.dynamic_dims[0]["size"]: [2, 128]}
+
+
+def test_compose_exports_a_module_with_dynamic_shapes():
+    torch.manual_seed(0)
+    seq = Dim("seq", min=4, max=64)
+    composition = composer.compose(
+        SignalNet().eval(), "xnnpack", (torch.randn(1, 16, 20),), cache=False,
+        dynamic_shapes=({2: seq},),
+    )  # fmt: skip
+    assert list(composition.plan.dynamic_dims[0]["ranges"].values()) == [[4, 64]]
+    assert "=64)" in composition.plan.proof
+
+
+def test_the_command_line_makes_a_dim_dynamic(tmp_path, capsys):
+    from composer.cli import main
+
+    out = tmp_path / "block.pte"
+    args = ["lower", "zoo:transformer_block", "--backends", "xnnpack", "--no-cache"]
+    assert main([*args, "--dynamic", "0:1=2..64", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "dynamic: input 0 dim 1" in printed and "in [2, 64])" in printed
+    assert printed.count("proof: ran and matched eager at 4 sizes") == 1
+
+    assert main([*args, "--dynamic", "1=2-64", "-o", str(out)]) == 2  # a usage error
+    assert "write INPUT:DIM=MIN..MAX" in capsys.readouterr().err

@@ -15,9 +15,17 @@ from composer.contract.errors import ModelError
 Model = ExportedProgram | torch.nn.Module
 
 
-def export_model(model: Model, example_inputs: Sequence[Any] | None) -> ExportedProgram:
-    """An ``ExportedProgram`` as is; a module exported with its example inputs."""
+def export_model(
+    model: Model, example_inputs: Sequence[Any] | None, dynamic_shapes: Any = None
+) -> ExportedProgram:
+    """An ``ExportedProgram`` as is; a module exported with its example inputs (and
+    ``dynamic_shapes``, in ``torch.export.export``'s own form)."""
     if isinstance(model, ExportedProgram):
+        if dynamic_shapes is not None:
+            raise ModelError(
+                "dynamic_shapes is for an nn.Module: an ExportedProgram's dims are as it was "
+                "exported (export it again with dynamic_shapes=, or pass the module)."
+            )
         return model
     if not isinstance(model, torch.nn.Module):
         raise ModelError(
@@ -30,7 +38,9 @@ def export_model(model: Model, example_inputs: Sequence[Any] | None) -> Exported
             "so it can be exported, or pass an ExportedProgram."
         )
     try:
-        return torch.export.export(model.eval(), tuple(example_inputs), strict=False)
+        return torch.export.export(
+            model.eval(), tuple(example_inputs), dynamic_shapes=dynamic_shapes, strict=False
+        )
     except Exception as error:
         raise ModelError(
             f"torch.export failed for {type(model).__name__}: {type(error).__name__}: "

@@ -55,6 +55,7 @@ def plan(
     progress: Callable[[str], None] | None = None,
     cache: bool = True,
     registry: Registry | None = None,
+    dynamic_shapes: Any = None,
     **settings: Any,
 ) -> Plan:
     """Work out which backend takes which node, without compiling anything.
@@ -64,6 +65,8 @@ def plan(
     candidates for real, so it needs backends that run here.
     """
     stack = Stack.of(stack, **settings)
+    if dynamic_shapes is not None:
+        model = export_model(model, example_inputs, dynamic_shapes)
     cache = cache and cache_enabled()
     if stack.placement == "measured":  # it runs programs; a plain plan runs none
         _use_threads(stack)
@@ -129,6 +132,7 @@ def compose(
     jobs: int | None = None,
     registry: Registry | None = None,
     check: bool = True,
+    dynamic_shapes: Any = None,
     **settings: Any,
 ) -> Composition:
     """Lower ``model`` with a stack of backends, in priority order, into one ExecuTorch program.
@@ -152,8 +156,14 @@ def compose(
     backend fails to lower it, or whose delegate fails to run or to match, is moved to the
     next backend (or portable kernels) and the stack composed again (``plan.repairs``, and
     ``plan.proof`` says how the proof went). With ``placement="strict"`` a failure raises.
+
+    ``dynamic_shapes`` (torch.export's form, e.g. ``({1: Dim("seq", min=2, max=128)},)``)
+    exports a module with dynamic dims; the proof then runs the program at the example and at
+    each dim's smallest, a middle and its largest size.
     """
     stack = Stack.of(stack, **settings)
+    if dynamic_shapes is not None:
+        model = export_model(model, example_inputs, dynamic_shapes)
     cache = cache and cache_enabled()
     _use_threads(stack)
     if stack.placement == "measured":

@@ -68,7 +68,6 @@ def composed_and_proven(
                     raise
                 culprit = error.culprit
             else:
-                say(f"proof: {proof.describe()}")
                 return _finished(composition, failed, proof.describe())
         if stack.placement == "strict":  # a run-time failure under strict was raised above
             raise PreprocessFailed(
