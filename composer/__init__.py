@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from composer.contract.op_names import op_name
     from composer.contract.options import Option
     from composer.pipeline.compose import compose, plan
+    from composer.pipeline.methods import MethodsComposition
     from composer.registry.discovery import Registry, default_registry
     from composer.registry.stack import Stack
     from composer.run.composition import Composition
@@ -43,6 +44,7 @@ _MODULE_OF = {
     "ComposerWarning": "composer.contract.errors",
     "Composition": "composer.run.composition",
     "Fallback": "composer.scheduler.plans",
+    "MethodsComposition": "composer.pipeline.methods",
     "ModelError": "composer.contract.errors",
     "Option": "composer.contract.options",
     "Partition": "composer.scheduler.plans",
@@ -69,6 +71,7 @@ __all__ = [
     "ComposerWarning",
     "Composition",
     "Fallback",
+    "MethodsComposition",
     "ModelError",
     "Option",
     "Partition",

@@ -137,3 +137,50 @@ def test_the_command_line_makes_a_dim_dynamic(tmp_path, capsys):
 
     assert main([*args, "--dynamic", "1=2-64", "-o", str(out)]) == 2  # a usage error
     assert "write INPUT:DIM=MIN..MAX" in capsys.readouterr().err
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self, shared: torch.nn.Linear) -> None:
+        super().__init__()
+        self.shared = shared
+        self.norm = torch.nn.LayerNorm(64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(torch.relu(self.shared(x)))
+
+
+@pytest.mark.parametrize("stack", ["xnnpack", "openvino,xnnpack"])
+def test_several_methods_make_one_program_sized_as_plain_executorch_s(stack):
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    torch.manual_seed(0)
+    shared = torch.nn.Linear(64, 64)
+    prefill = torch.export.export(Decoder(shared).eval(), (torch.randn(8, 64),))
+    decode = torch.export.export(Decoder(shared).eval(), (torch.randn(1, 64),))
+    metadata = {"get_max_seq_len": 8}
+    composed = composer.compose(
+        {"prefill": prefill, "decode": decode}, stack, cache=False, constant_methods=metadata
+    )
+
+    assert set(composed.plans) == {"prefill", "decode"}
+    for name in ("prefill", "decode"):
+        assert composed.plans[name].proof.startswith("ran and matched eager")
+        assert composed.verify(name).ok
+    program = Runtime.get().load_program(composed.buffer)
+    assert program.method_names == {"prefill", "decode", "get_max_seq_len"}
+    assert list(program.load_method("get_max_seq_len").execute([])) == [8]
+    assert "method decode:" in composed.summary_table()
+    if stack == "xnnpack":  # the shared weight is stored as plain ExecuTorch stores it
+        plain = to_edge_transform_and_lower(
+            {"prefill": prefill, "decode": decode},
+            partitioner=[XnnpackPartitioner()],
+            constant_methods=metadata,
+        ).to_executorch()
+        assert len(composed.buffer) == len(plain.buffer)
+
+
+def test_constant_methods_need_several_methods():
+    with pytest.raises(ComposerError, match="constant_methods go with several methods"):
+        composer.compose(_signal_program(), "xnnpack", constant_methods={"n": 1})

@@ -58,15 +58,9 @@ def lower_program(
 ) -> Lowered:
     """Lower ``program`` with the resolved stack, reusing lowered partitions from ``folder``
     (``None``: no cache), ``jobs`` processes lowering them; ``again`` as for ``lower_stack``."""
-    # executorch.exir takes seconds to import, and a program from the cache needs none of it.
-    from composer.lower.partition_cache import reusing
-    from composer.lower.stack import lower_stack
-
-    lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
-    store = None if folder is None else Store(folder, "partition")
-    with reusing(lowering, store, progress, jobs) as reuse:
-        edge, result = lower_stack(program, resolved, registry, stand_ins, stack, progress, again)
-    result = with_backend_facts(result, resolved)
+    edge, result, repeatable = lower_edge(
+        program, resolved, registry, stand_ins, stack, progress, folder, jobs, again
+    )
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
     try:
@@ -87,5 +81,29 @@ def lower_program(
         program=executorch_program,
         edge=edge,
         reference=reference,
-        repeatable=store is not None and reuse.unstored == 0,
+        repeatable=repeatable,
     )
+
+
+def lower_edge(
+    program,
+    resolved,
+    registry,
+    stand_ins,
+    stack: Stack,
+    progress,
+    folder: Path | None,
+    jobs: int,
+    again: Callable[[], ExportedProgram] | None = None,
+) -> tuple[EdgeProgramManager, Plan, bool]:
+    """The lowered edge program before ``to_executorch``, its plan, and whether every
+    partition came from the cache or went into it (lowering again gives the same bytes)."""
+    # executorch.exir takes seconds to import, and a program from the cache needs none of it.
+    from composer.lower.partition_cache import reusing
+    from composer.lower.stack import lower_stack
+
+    lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
+    store = None if folder is None else Store(folder, "partition")
+    with reusing(lowering, store, progress, jobs) as reuse:
+        edge, result = lower_stack(program, resolved, registry, stand_ins, stack, progress, again)
+    return edge, with_backend_facts(result, resolved), store is not None and reuse.unstored == 0

@@ -7,20 +7,21 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import torch
 from torch.export import ExportedProgram
 
-from composer.contract.errors import BackendListError, ComposerError, ComposerWarning
+from composer.contract.errors import BackendListError, ComposerError, ComposerWarning, ModelError
 from composer.lower.cache import DamagedEntryWarning, cache_dir, cache_enabled
 from composer.lower.export import Model, eager_of, example_inputs_of, export_model
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
 from composer.lower.program_cache import ProgramCache
 from composer.measure import placement as measured
 from composer.measure.placement_cache import cache_key
+from composer.pipeline.methods import MethodsComposition, compose_methods
 from composer.pipeline.proven import composed_and_proven, pinned_off
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.names import is_count
@@ -133,8 +134,9 @@ def compose(
     registry: Registry | None = None,
     check: bool = True,
     dynamic_shapes: Any = None,
+    constant_methods: Mapping[str, Any] | None = None,
     **settings: Any,
-) -> Composition:
+) -> Composition | MethodsComposition:
     """Lower ``model`` with a stack of backends, in priority order, into one ExecuTorch program.
 
     ``stack`` is a :class:`~composer.registry.stack.Stack`, or its backends (a list of names or
@@ -160,7 +162,21 @@ def compose(
     ``dynamic_shapes`` (torch.export's form, e.g. ``({1: Dim("seq", min=2, max=128)},)``)
     exports a module with dynamic dims; the proof then runs the program at the example and at
     each dim's smallest, a middle and its largest size.
+
+    ``model`` may be a dict of methods, name -> ExportedProgram or (module, example_inputs),
+    with ``constant_methods`` (values the runtime returns by name, as LLM runners read them):
+    one program of several methods, each composed with the stack and proven in it
+    (:class:`~composer.pipeline.methods.MethodsComposition`).
     """
+    if isinstance(model, Mapping):
+        return compose_methods(
+            model, stack, compose, constant_methods=constant_methods, progress=progress,
+            cache=cache, registry=registry, check=check, **settings,
+        )  # fmt: skip
+    if constant_methods:
+        raise ModelError(
+            "constant_methods go with several methods: pass model as {'forward': model, ...}."
+        )
     stack = Stack.of(stack, **settings)
     if dynamic_shapes is not None:
         model = export_model(model, example_inputs, dynamic_shapes)

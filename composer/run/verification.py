@@ -92,7 +92,12 @@ def _executor(composition: Checkable):
     """(executor name, why it was chosen, a function running the program on inputs)."""
     can_run, reason = runtime_can_run(composition.buffer)
     if can_run:
-        return RUNTIME, reason, lambda inputs: run_program(composition.buffer, flat_inputs(inputs))
+        method = getattr(composition, "method", "forward")
+        return (
+            RUNTIME,
+            reason,
+            lambda inputs: run_program(composition.buffer, flat_inputs(inputs), method),
+        )
     has_cuda = cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
     runner = cpp_runtime.runner_path()
     if runner is not None:
