@@ -148,9 +148,11 @@ def _lower(
 
 @contextlib.contextmanager
 def _pending_symbols_restored(program: ExportedProgram) -> Iterator[None]:
-    """Lowering leaves unbacked symbols pending in the program's ShapeEnv (export_llama's
-    decoder: 63), which a copy of the program shares, so lowering a copy again for a repair
-    failed with ``PendingUnbackedSymbolNotFound`` (plain ExecuTorch too, lowering twice)."""
+    """Lowering with none of the unbacked symbols an earlier lowering or ``to_executorch``
+    left pending in the ShapeEnv that copies of a program share (export_llama's decoder: 63):
+    lowering a copy again for a repair, or a method again with the others, failed with
+    ``PendingUnbackedSymbolNotFound`` (plain ExecuTorch too, lowering a program twice). They
+    belong to traces that are over; the ShapeEnv gets them back afterwards."""
     shape_env = next(
         (
             node.meta["val"].fake_mode.shape_env
@@ -160,12 +162,15 @@ def _pending_symbols_restored(program: ExportedProgram) -> Iterator[None]:
         ),
         None,
     )
-    pending = None if shape_env is None else list(shape_env.pending_fresh_unbacked_symbols)
+    if shape_env is None:
+        yield
+        return
+    pending = list(shape_env.pending_fresh_unbacked_symbols)
+    shape_env.pending_fresh_unbacked_symbols.clear()
     try:
         yield
     finally:
-        if shape_env is not None:
-            shape_env.pending_fresh_unbacked_symbols[:] = pending
+        shape_env.pending_fresh_unbacked_symbols[:] = pending
 
 
 def _lowering_error(

@@ -25,7 +25,7 @@ from composer.lower.atomic import write_all
 from composer.lower.cache import cache_dir, cache_enabled
 from composer.lower.export import export_model
 from composer.lower.lowering import lower_edge
-from composer.pipeline.proven import pinned_off
+from composer.pipeline.proven import own_pins_unremarked, pinned_off
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
@@ -149,10 +149,11 @@ def compose_methods(
     for name, (model, inputs) in given.items():
         plan = alone[name].plan
         repaired = pinned_off(stack, [(r["backend"], r["nodes"]) for r in plan.repairs])
-        edge, together, _ = lower_edge(
-            _fresh(model, inputs), resolved, registry, set(), repaired, progress, folder, 1,
-            again=lambda model=model, inputs=inputs: _fresh(model, inputs),
-        )  # fmt: skip
+        with own_pins_unremarked(bool(plan.repairs)):
+            edge, together, _ = lower_edge(
+                _fresh(model, inputs), resolved, registry, set(), repaired, progress, folder, 1,
+                again=lambda model=model, inputs=inputs: _fresh(model, inputs),
+            )  # fmt: skip
         edges[name] = edge.exported_program()
         plans[name] = attrs.evolve(together, repairs=plan.repairs, placement=plan.placement)
     manager = EdgeProgramManager(

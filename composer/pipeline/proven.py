@@ -47,7 +47,7 @@ def composed_and_proven(
     while True:
         culprit = lowering_error = None
         try:
-            with _own_pins_unremarked(bool(failed)):
+            with own_pins_unremarked(bool(failed)):
                 composition = build(current)
         except PreprocessFailed as error:
             lowering_error = error
@@ -89,7 +89,7 @@ def composed_and_proven(
 
 
 @contextlib.contextmanager
-def _own_pins_unremarked(repairing: bool) -> Iterator[None]:
+def own_pins_unremarked(repairing: bool) -> Iterator[None]:
     """Without warnings about node pins that name no node, once repairs have pinned nodes:
     a repair pins a failed partition's nodes by name, pieces among them (OpenVINO's
     ``addmm``), and the repaired program keeps their op whole for the next backend, so the
