@@ -80,7 +80,7 @@ def _initialize(model: torch.nn.Module, seed: int) -> None:
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if name.endswith("norm.weight") or name.endswith("_norm.weight"):
+            if name.endswith("norm.weight"):  # RMSNorm scales start at one
                 parameter.fill_(1.0)
             else:
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
