@@ -203,6 +203,17 @@ def test_upstream_noise_stays_off_the_terminal_unless_debug(tmp_path):
     assert "Mutation on a buffer" in debug.stderr
 
 
+def test_with_openvino_in_the_stack_stderr_holds_only_composer_s_lines(tmp_path):
+    # ExecuTorch's OpenVINO module imports pytorch_tokenizers, whose C++ part printed
+    # "I tokenizers:regex.cpp:40] Registering override fallback regex" before composer's lines.
+    argv = ["lower", "zoo:mlp", "--backends", "openvino,xnnpack", "-o", "m.pte", "--no-cache"]
+    done = composer_command(tmp_path, *argv)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines and all(re.match(r"\[ *\d+\.\d+s\] ", line) for line in lines), lines
+    assert done.stdout.count("proof: ") == 1
+
+
 def test_corrupt_pt2_is_one_line_in_a_terminal(tmp_path):
     (tmp_path / "bad.pt2").write_bytes(b"not a zip")
     done = composer_command(tmp_path, "plan", "bad.pt2", "--backends", "xnnpack")

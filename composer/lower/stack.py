@@ -23,7 +23,8 @@ from composer.registry.discovery import Backend, Registry
 from composer.registry.stack import Stack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
-from composer.scheduler.kept_whole import KeptWholeButLeft, origin_name
+from composer.scheduler.kept_whole import KeptWholeButLeft
+from composer.scheduler.origins import origin_name
 from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
 from composer.scheduler.plans import Plan
 from composer.scheduler.preserved import unsaid_preservation_warnings

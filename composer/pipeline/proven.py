@@ -24,7 +24,7 @@ from composer.registry.stack import Stack
 from composer.run.composition import Composition
 from composer.run.proof import Culprit, ProgramFailed, prove
 from composer.scheduler.assign import node_pin
-from composer.scheduler.kept_whole import origin_name
+from composer.scheduler.origins import origin_name
 
 # Each repair moves one partition; a stack of k backends moves a node at most k times.
 MAX_REPAIRS = 16

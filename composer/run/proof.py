@@ -24,7 +24,7 @@ from composer.run.compare import compare
 from composer.run.inputs import flat_inputs, sizes_to_prove
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, eager_outputs, verify
-from composer.scheduler.kept_whole import origin_name
+from composer.scheduler.origins import origin_name
 from composer.scheduler.plans import Plan, partition_of
 
 HOW = "running the delegates one by one against their subgraphs"

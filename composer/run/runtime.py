@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
-import re
-import sys
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from composer.contract.backend_spec import Tolerance
 from composer.contract.errors import ComposerError
+from composer.contract.native_log import NativeLog
 from composer.registry.discovery import default_registry
 from composer.run.loads import note_loaded
 
@@ -28,61 +24,6 @@ CUDA_HINT = (
     "a machine with a CUDA GPU, `composer lower MODEL --backends ... --verify` runs their "
     "compiled .so hosted by libtorch."
 )
-
-
-class NativeLog:
-    """Captures what C++ code writes to file descriptor 2 while the block runs.
-
-    The runtime logs CPU probing and backend loading on every load, and the reason for a
-    failure only there: kept out of a user's terminal, and put into the error message instead.
-    ``COMPOSER_NATIVE_LOG=1`` lets it through.
-    """
-
-    def __init__(self) -> None:
-        self.text = ""
-
-    @contextlib.contextmanager
-    def capture(self) -> Iterator[NativeLog]:
-        if os.environ.get("COMPOSER_NATIVE_LOG") == "1":
-            yield self
-            return
-        sys.stderr.flush()
-        saved = os.dup(2)
-        with tempfile.TemporaryFile() as sink:
-            os.dup2(sink.fileno(), 2)
-            try:
-                # The pip runtime logs through Python's sys.stderr, not the descriptor: under
-                # pytest's capture (composer's pytest plugin) the reason went to pytest.
-                with (
-                    open(2, "w", closefd=False) as descriptor,
-                    contextlib.redirect_stderr(descriptor),
-                ):
-                    yield self
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-                sink.seek(0)
-                self.text = sink.read().decode(errors="replace")
-
-    def because(self) -> str:
-        """`` (runtime log: ...)`` with :meth:`reasons`, to end an error message; or nothing."""
-        reasons = self.reasons()
-        return f" (runtime log: {reasons})" if reasons else ""
-
-    def reasons(self) -> str:
-        """The log lines that say what went wrong (errors and warnings), one line."""
-        lines = [line.strip() for line in self.text.splitlines() if line.strip()]
-        # After a kernel fails, the runtime lists its arguments' type ids, a line each: they
-        # pushed the lines that say which kernel failed, and why, out of the last three.
-        wanted = [
-            ln
-            for ln in lines
-            if "cpuinfo" not in ln and "loaded successfully" not in ln and not _ARG_TYPE.search(ln)
-        ]
-        return " | ".join(wanted[-3:])
-
-
-_ARG_TYPE = re.compile(r"\] arg \d+ with type id \d+$")
 
 
 # The torch ExecuTorch 1.5.1's pip runtime is built against and links (libtorch_cpu).

@@ -12,6 +12,7 @@ from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
 from torch.export import ExportedProgram
 
 from composer.contract.errors import PartitionError
+from composer.scheduler.origins import origin_name
 from composer.scheduler.preserved import preserved
 
 
@@ -31,22 +32,6 @@ class KeptWholeButLeft(PartitionError):
             f"no backend takes {listed}; lower again with them decomposed "
             "(ComposerPartitioner.decomposed, as composer.compose does)."
         )
-
-
-def origin_name(node: torch.fx.Node) -> str:
-    """The name of the node of the first exported program that ``node`` descends from.
-
-    The same in the program ``ops_to_not_decompose``'s filter sees and in the edge program a
-    partitioner sees, where the node's own name differs (upsample_nearest2d, then
-    aten_upsample_nearest2d_vec). A node kept whole is its origin's only descendant of its op.
-    """
-    sources = node.meta.get("from_node")
-    if not sources:
-        return node.name
-    source = sources[-1]
-    while source.from_node:
-        source = source.from_node[-1]
-    return source.name
 
 
 def aten_op(target: object) -> object:

@@ -25,7 +25,8 @@ from composer.scheduler.guards import (
     mutated_buffer_placeholders,
     tag_constants,
 )
-from composer.scheduler.kept_whole import KeptWholeButLeft, kept_whole_but_left, origin_name
+from composer.scheduler.kept_whole import KeptWholeButLeft, kept_whole_but_left
+from composer.scheduler.origins import origin_name
 from composer.scheduler.pieces import PieceProbes, decomposable
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 from composer.scheduler.support import Support, evaluate_support, native_partitioner, plugin_label

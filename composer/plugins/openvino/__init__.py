@@ -23,6 +23,7 @@ from pathlib import Path
 from composer.contract.backend_spec import BackendSpec, Tolerance
 from composer.contract.errors import ComposerError
 from composer.contract.hookspecs import hookimpl
+from composer.contract.native_log import NativeLog
 from composer.contract.options import Option, check_options
 
 INSTALL = "pip install 'executorch-composer[openvino]'"
@@ -82,7 +83,9 @@ def unavailable_reason() -> str | None:
     except ImportError:
         return f"the openvino package is not installed ({INSTALL})"
     try:
-        import executorch.backends.openvino  # noqa: F401 - imports nncf, which must match
+        # It imports pytorch_tokenizers, whose C++ part logs a line on fd 2 when it loads.
+        with NativeLog().capture():
+            import executorch.backends.openvino  # noqa: F401 - imports nncf, which must match
     except Exception as error:  # noqa: BLE001 - any import failure means the same to a user
         return (
             f"executorch.backends.openvino does not import ({type(error).__name__}: {error}); "
