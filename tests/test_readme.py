@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).parents[1] / "README.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+BLOCKS = re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.DOTALL | re.MULTILINE)
 PLUGIN, OPTIONS, PLUGIN_TEST = (
     next(b for b in BLOCKS if b.startswith("# composer_mybackend/plugin.py")),
     next(b for b in BLOCKS if "def composer_options" in b),
@@ -34,7 +34,7 @@ def test_the_readme_has_the_blocks_this_test_knows():
 @pytest.mark.parametrize("block", RUNNABLE, ids=[_name(b) for b in RUNNABLE])
 def test_a_readme_example_runs(block, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, str(README), "exec"), {"__name__": "readme_example"})
+    exec(compile(block, str(README), "exec"), {"__name__": "readme_example"})  # noqa: S102
     printed = capsys.readouterr().out
     if "proof" in block:
         assert "ran and matched eager" in printed
@@ -48,7 +48,7 @@ def test_the_plugin_guide_makes_a_plugin_check_plugin_accepts(tmp_path, monkeypa
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         namespace: dict = {"__name__": "readme_plugin_test"}
-        exec(compile(PLUGIN_TEST, str(README), "exec"), namespace)
+        exec(compile(PLUGIN_TEST, str(README), "exec"), namespace)  # noqa: S102
         namespace["test_mybackend_keeps_composer_s_contract"]()
     finally:
         for name in [m for m in sys.modules if m.startswith("composer_mybackend")]:
