@@ -184,3 +184,14 @@ def test_several_methods_make_one_program_sized_as_plain_executorch_s(stack):
 def test_constant_methods_need_several_methods():
     with pytest.raises(ComposerError, match="constant_methods go with several methods"):
         composer.compose(_signal_program(), "xnnpack", constant_methods={"n": 1})
+
+
+def test_a_sequential_s_dynamic_input_is_proven_at_its_bounds():
+    # nn.Sequential's forward takes `input`: a copy of its program renames that placeholder
+    # `input_1` (not its spec), and the dynamic dims were looked up by name, so none were found.
+    model = torch.nn.Sequential(torch.nn.Conv1d(16, 8, 3, padding=1), torch.nn.ReLU()).eval()
+    composition = composer.compose(
+        model, "xnnpack", (torch.randn(1, 16, 50),), cache=False,
+        dynamic_shapes=({2: Dim("length", min=2, max=128)},),
+    )  # fmt: skip
+    assert composition.plan.proof.startswith("ran and matched eager at 4 sizes")

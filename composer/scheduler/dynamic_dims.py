@@ -17,16 +17,14 @@ def dynamic_dims(program: ExportedProgram) -> tuple[dict[str, Any], ...]:
     """One entry per symbolic dim of a user input: ``input`` (its index among the program's
     tensor inputs, flattened), ``dim``, ``size`` (the expression, ``"s27"`` or ``"2*s27"``) and
     ``ranges``: symbol -> ``[min, max]`` (``max`` is ``None`` where unbounded)."""
-    user_inputs = {
-        spec.arg.name
-        for spec in program.graph_signature.input_specs
-        if spec.kind == InputKind.USER_INPUT and hasattr(spec.arg, "name")
-    }
+    # Placeholders and input specs in the same order; by position, not name: a deepcopy of
+    # the program renames a placeholder called ``input`` to ``input_1``, not its spec.
+    placeholders = [node for node in program.graph.nodes if node.op == "placeholder"]
     ranges = {str(symbol): r for symbol, r in program.range_constraints.items()}
     found = []
     index = 0
-    for node in program.graph.nodes:
-        if node.op != "placeholder" or node.name not in user_inputs:
+    for node, spec in zip(placeholders, program.graph_signature.input_specs, strict=False):
+        if spec.kind != InputKind.USER_INPUT:
             continue
         value = node.meta.get("val")
         if not isinstance(value, torch.Tensor):

@@ -1,0 +1,259 @@
+"""The deploy tier (issue 32): what people ship, composed by composer and by plain ExecuTorch
+with the same stack, side by side.
+
+    .venv/bin/python bench/deploy_bench.py                       # every case, three stacks
+    .venv/bin/python bench/deploy_bench.py --cases signal,llama --stacks xnnpack
+
+Cases: a Conv1d net over a signal of dynamic length; a 2-layer ``nn.TransformerEncoder`` with a
+dynamic sequence; export_llama's tiny KV-cache decoder (``composer.llama``, dynamic token
+dimension); an LSTM called with its ``(h, c)`` state; PT2E-quantized torchvision ResNet-18
+(XNNPACKQuantizer, 64 px). For each stack:
+
+- plain: ``to_edge_transform_and_lower(copy of ep, partitioner=[XnnpackPartitioner(),
+  OpenvinoPartitioner(...)] in the stack's order).to_executorch()``; composer:
+  ``composer.compose(ep, stack, cache=False)`` (the proof included). Compose seconds of each.
+- whether each program runs and matches eager at the example and at each dynamic dim's
+  min, middle and max (composer's proof sizes, the same inputs for both);
+- latency at each size, composer and plain interleaved (``composer.measure.latency``), with a
+  second plain program timed as an A/A control; the planned activation memory of each
+  (the program's non-constant buffers, as ExecuTorch's memory planning sized them).
+One JSON line per case and stack to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from corpus_bench import _plain_partitioners
+
+import composer
+from composer.measure.latency import interleaved
+from composer.run.compare import compare
+from composer.run.inputs import flat_inputs, sizes_to_prove
+from composer.run.runtime import LoadedProgram
+from composer.scheduler.dynamic_dims import dynamic_dims
+
+
+def _signal():
+    from torch.export import Dim
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv1d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv1d(32, 8, 3, padding=1)
+    ).eval()
+    x = (torch.randn(1, 16, 50),)
+    return torch.export.export(model, x, dynamic_shapes=({2: Dim("length", min=2, max=128)},))
+
+
+def _encoder():
+    from torch.export import Dim
+
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2).eval()
+    x = (torch.randn(1, 16, 64),)
+    return torch.export.export(model, x, dynamic_shapes=({1: Dim("seq", min=2, max=128)},))
+
+
+def _llama():
+    from composer import llama
+
+    return llama.exported()[0]
+
+
+class _Recurrent(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(32, 64, batch_first=True)
+        self.head = torch.nn.Linear(64, 16)
+
+    def forward(self, x, state):
+        out, (h, c) = self.lstm(x, state)
+        return self.head(out), (h, c)
+
+
+def _lstm():
+    x = (torch.randn(1, 20, 32), (torch.randn(1, 1, 64), torch.randn(1, 1, 64)))
+    return torch.export.export(_Recurrent().eval(), x)
+
+
+def _quantized_resnet18():
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from composer import corpus
+
+    model = corpus._library("torchvision").models.resnet18(weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True)
+    )
+    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
+    for _ in range(3):
+        prepared(torch.randn(1, 3, 64, 64))
+    return torch.export.export(convert_pt2e(prepared), (x,))
+
+
+CASES = {
+    "signal": _signal,
+    "encoder": _encoder,
+    "llama": _llama,
+    "lstm": _lstm,
+    "quantized_resnet18": _quantized_resnet18,
+}
+
+
+def _plain(program, backends: list[str]) -> tuple[bytes, float]:
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    started = time.perf_counter()
+    with torch.no_grad():
+        edge = to_edge_transform_and_lower(
+            copy.deepcopy(program),
+            partitioner=_plain_partitioners(backends),
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
+        buffer = edge.to_executorch().buffer
+    return buffer, time.perf_counter() - started
+
+
+def _planned_bytes(buffer: bytes) -> int:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    plan = deserialize_pte_binary(buffer).program.execution_plan[0]
+    return sum(plan.non_const_buffer_sizes[1:])
+
+
+def _example_inputs(program) -> tuple:
+    args, kwargs = program.example_inputs
+    return tuple(args) if not kwargs else tuple(flat_inputs((tuple(args), dict(kwargs))))
+
+
+def _eager(program):
+    module = program.module()
+    _, kwargs = program.example_inputs
+    if not kwargs:
+        return module
+    import torch.utils._pytree as pytree
+
+    _, spec = pytree.tree_flatten((tuple(program.example_inputs[0]), dict(kwargs)))
+
+    def call(*leaves):
+        args, keywords = pytree.tree_unflatten(list(leaves), spec)
+        return module(*args, **keywords)
+
+    return call
+
+
+def _check(buffer: bytes, eager, inputs) -> tuple[bool, float, str]:
+    try:
+        loaded = LoadedProgram(buffer)
+        got = loaded.run(flat_inputs(inputs))
+    except Exception as error:  # noqa: BLE001 - a bench records every failure
+        return False, float("nan"), f"{type(error).__name__}: {str(error)[:300]}"
+    with torch.no_grad():
+        want = (
+            copy.deepcopy(eager)(*inputs) if isinstance(eager, torch.nn.Module) else eager(*inputs)
+        )
+    ok, worst = compare(got, want, None)
+    return ok, worst, ""
+
+
+def run_case(name: str, stack: str, runs: int) -> dict:
+    torch.manual_seed(0)
+    program = CASES[name]()
+    backends = stack.split(",")
+    row: dict = {"case": name, "stack": stack}
+    try:
+        plain, row["plain_compose_s"] = _plain(program, backends)
+        plain_again, _ = _plain(program, backends)  # the A/A control
+    except Exception as error:  # noqa: BLE001
+        plain = plain_again = None
+        row["plain_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    started = time.perf_counter()
+    try:
+        composition = composer.compose(copy.deepcopy(program), stack, cache=False)
+        row["composer_compose_s"] = time.perf_counter() - started
+        ours = composition.buffer
+        row["composer_proof"] = composition.plan.proof
+        row["repairs"] = len(composition.plan.repairs)
+    except Exception as error:  # noqa: BLE001
+        ours = None
+        row["composer_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    dims = dynamic_dims(program)
+    sizes = sizes_to_prove(_example_inputs(program), dims)
+    eager = _eager(program)
+    row["sizes"] = {}
+    for label, inputs in sizes:
+        entry: dict = {}
+        for who, buffer in (("composer", ours), ("plain", plain)):
+            if buffer is None:
+                continue
+            ok, worst, error = _check(buffer, eager, inputs)
+            entry[who] = {"ok": ok, "max_abs_error": worst, "error": error}
+        if ours is not None and plain is not None and all(e["ok"] for e in entry.values()):
+            flat = flat_inputs(inputs)
+            programs = {
+                "composer": LoadedProgram(ours),
+                "plain": LoadedProgram(plain),
+                "plain_again": LoadedProgram(plain_again),
+            }
+            timed = interleaved({k: p.timed_call(flat) for k, p in programs.items()}, runs)
+            entry["latency_us"] = {k: v.median_us for k, v in timed.items()}
+            entry["composer_over_plain"] = timed["composer"].median_us / timed["plain"].median_us
+            entry["aa_control"] = timed["plain_again"].median_us / timed["plain"].median_us
+        row["sizes"][label] = entry
+    if ours is not None and plain is not None:
+        row["planned_bytes"] = {"composer": _planned_bytes(ours), "plain": _planned_bytes(plain)}
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--stacks", default="xnnpack;openvino,xnnpack;xnnpack,openvino")
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--out", default="bench/results/deploy_cpu.jsonl")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    with open(args.out, "a") as out:
+        for case in args.cases.split(","):
+            for stack in args.stacks.split(";"):
+                row = run_case(case, stack, args.runs)
+                out.write(json.dumps(row) + "\n")
+                out.flush()
+                sizes = row.get("sizes", {})
+                ratios = [f"{e['composer_over_plain']:.2f} (A/A {e['aa_control']:.2f})"
+                          for e in sizes.values() if "composer_over_plain" in e]  # fmt: skip
+                runs_ok = {
+                    who: sum(e.get(who, {}).get("ok", False) for e in sizes.values())
+                    for who in ("composer", "plain")
+                }
+                print(
+                    f"{case:20} {stack:18} composer {runs_ok['composer']}/{len(sizes)} "
+                    f"plain {runs_ok['plain']}/{len(sizes)} sizes run+match; compose "
+                    f"{row.get('composer_compose_s', float('nan')):.1f} s vs plain "
+                    f"{row.get('plain_compose_s', float('nan')):.1f} s; latency c/p "
+                    f"{', '.join(ratios) or '-'}; planned bytes {row.get('planned_bytes')}"
+                    + (
+                        f"; composer error {row['composer_error']}"
+                        if "composer_error" in row
+                        else ""
+                    )
+                    + (f"; plain error {row['plain_error']}" if "plain_error" in row else ""),
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
