@@ -8,8 +8,9 @@ order; here the flags build and export the model only, and composer lowers it wi
     composed = composer.compose({"forward": program}, "xnnpack", constant_methods=metadata)
 
 The weights are random (seeded, N(0, 0.02) as the Llama recipe initializes them) unless the
-flags name a checkpoint: export_llama's own default initialization leaves weights that make
-every logit NaN, which matches anything.
+flags name a checkpoint; they reach export_llama as a checkpoint of their own: its default
+initialization leaves weights and buffers (RoPE tables, masks, caches) as uninitialized memory,
+whose NaN logits match anything.
 """
 
 from __future__ import annotations
@@ -64,16 +65,32 @@ def exported(
             if not path.is_file():
                 raise ModelError(f"no such params file: {path}")
         arguments = ["--params", str(path), *(flags or DECODER_FLAGS)]
-        try:
-            config = LlmConfig.from_args(lib.build_args_parser().parse_args(arguments))
-        except SystemExit as error:
-            raise ModelError(f"export_llama refused the flags {' '.join(flags)}") from error
-        manager = lib._prepare_for_llama_export(config)
+        config = _config(lib, LlmConfig, arguments)
         if not config.base.checkpoint:
-            _initialize(manager.model, seed)
-        manager = manager.export()
+            # Seeded weights go in as a checkpoint, so that a quantizing flag (-qmode 8da4w)
+            # quantizes them (the model export_llama prepares is already quantized), and so
+            # that its buffers are made as with a real checkpoint: without one, export_llama
+            # calls to_empty() on the whole model, and the RoPE tables, causal masks and KV
+            # caches hold whatever memory held (NaN logits; RoPE entries of 2.75e38 seen).
+            # Parameters only: the prepared model's buffers are that memory.
+            plain = _config(
+                lib, LlmConfig, ["--params", str(path), "--model", config.base.model_class]
+            )
+            model = lib._prepare_for_llama_export(plain).model
+            _initialize(model, seed)
+            checkpoint = Path(folder) / "seeded.pth"
+            torch.save({k: v.detach() for k, v in model.named_parameters()}, checkpoint)
+            config = _config(lib, LlmConfig, [*arguments, "--checkpoint", str(checkpoint)])
+        manager = lib._prepare_for_llama_export(config).export()
         program = manager._export(manager.pre_autograd_graph_module)
     return program, dict(manager.metadata)
+
+
+def _config(lib, config_class, arguments: list[str]):
+    try:
+        return config_class.from_args(lib.build_args_parser().parse_args(arguments))
+    except SystemExit as error:
+        raise ModelError(f"export_llama refused the flags {' '.join(arguments)}") from error
 
 
 def _initialize(model: torch.nn.Module, seed: int) -> None:

@@ -18,6 +18,33 @@ def decoder():
     return llama.exported()
 
 
+def test_the_decoder_s_buffers_are_made_as_with_a_checkpoint(decoder):
+    # Without a checkpoint export_llama leaves its RoPE tables, masks and KV caches as
+    # uninitialized memory (NaN logits, which match anything).
+    program, _ = decoder
+    for name, buffer in program.module().named_buffers():
+        assert torch.isfinite(buffer.float()).all() and buffer.float().abs().max() < 1e4, name
+
+
+def test_planning_twice_leaves_the_program_as_it_was(decoder):
+    program, _ = decoder
+    first = composer.plan(program, "xnnpack", cache=False)
+    assert composer.plan(program, "xnnpack", cache=False).node_ops == first.node_ops
+
+
+@pytest.mark.slow
+def test_export_llama_s_8da4w_decoder_composes_within_its_dynamic_quantization():
+    flags = (*llama.DECODER_FLAGS, "-qmode", "8da4w", "-G", "32")
+    program, metadata = llama.exported(llama.TINY, *flags)
+    composed = composer.compose(
+        {"forward": program}, "xnnpack", cache=False, constant_methods=metadata
+    )
+    plan = composed.plans["forward"]
+    assert plan.proof.startswith("ran and matched eager at 4 sizes")
+    assert "activations quantized at run time" in plan.quantization.reason
+    assert plan.ops_on("xnnpack")["torchao.choose_qparams_affine.default"] > 0
+
+
 @pytest.mark.parametrize(
     "stack", ["xnnpack", pytest.param("openvino,xnnpack", marks=pytest.mark.slow)]
 )

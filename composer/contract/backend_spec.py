@@ -23,9 +23,13 @@ class Tolerance:
     atol: float = attrs.field(converter=float, validator=attrs.validators.ge(0))
     rtol: float = attrs.field(converter=float, validator=attrs.validators.ge(0))
     reason: str = ""
+    # atol grows to this fraction of the largest |eager output|, for errors that scale with
+    # the values themselves (activations quantized at run time, whose scales follow them)
+    of_largest: float = attrs.field(default=0.0, converter=float, validator=attrs.validators.ge(0))
 
     def to_dict(self) -> dict[str, object]:
-        return {"atol": self.atol, "rtol": self.rtol, "reason": self.reason}
+        extra = {"of_largest": self.of_largest} if self.of_largest else {}
+        return {"atol": self.atol, "rtol": self.rtol, "reason": self.reason, **extra}
 
     @classmethod
     def loosest(cls, declared: Mapping[str, Tolerance]) -> Tolerance | None:
@@ -34,7 +38,10 @@ class Tolerance:
             return None
         reasons = "; ".join(f"{name}: {t.reason}" for name, t in declared.items() if t.reason)
         return cls(
-            max(t.atol for t in declared.values()), max(t.rtol for t in declared.values()), reasons
+            max(t.atol for t in declared.values()),
+            max(t.rtol for t in declared.values()),
+            reasons,
+            max(t.of_largest for t in declared.values()),
         )
 
 

@@ -88,8 +88,11 @@ def plan(
 
         # Plan mode compiles nothing: every backend lowers to the stand-in.
         all_stand_ins = {backend.name for backend in resolved}
+        # Lowering changes the program it is given: never the user's own (planning export_llama's
+        # decoder twice raised KeyError 'rope.freqs_cos').
+        source = _fresh(model, example_inputs) if isinstance(model, ExportedProgram) else program
         with _composer_warnings() as said:
-            _edge, result = lower_stack(program, resolved, registry, all_stand_ins, stack, progress)
+            _edge, result = lower_stack(source, resolved, registry, all_stand_ins, stack, progress)
         result = with_backend_facts(result, resolved)
         if cached:
             cached.save({"plan": result, "warnings": said})

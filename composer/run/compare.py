@@ -38,6 +38,9 @@ def compare(actual, expected, tolerance: Tolerance | None = None) -> tuple[bool,
         atol, rtol = default_tolerance(want.dtype)
         if tolerance is not None and want.dtype.is_floating_point:
             atol, rtol = max(atol, tolerance.atol), max(rtol, tolerance.rtol)
+            if tolerance.of_largest and want.numel():
+                largest = want.detach().abs().nan_to_num(0.0).max().item()
+                atol = max(atol, tolerance.of_largest * largest)
         # NaN where eager has NaN is what eager computes (a model with uninitialized weights:
         # export_llama without a checkpoint); NaN elsewhere, or none where eager has one, is not.
         both_nan = got.isnan() & want.isnan() if want.is_floating_point() else None
