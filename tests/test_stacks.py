@@ -91,6 +91,8 @@ def test_plan_json_has_stable_keys():
         "placement",
         "proof",
         "repairs",
+        "dynamic_dims",
+        "quantization",
     ]
     assert data["summary"]["xnnpack"]["partitions"] == 1
     assert (data["proof"], data["repairs"]) == ("", [])  # a plan runs nothing
