@@ -86,23 +86,9 @@ def _lstm():
 
 
 def _quantized_resnet18():
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
     from composer import corpus
 
-    model = corpus._library("torchvision").models.resnet18(weights=None).eval()
-    x = torch.randn(1, 3, 64, 64)
-    quantizer = XNNPACKQuantizer().set_global(
-        get_symmetric_quantization_config(is_per_channel=True)
-    )
-    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
-    for _ in range(3):
-        prepared(torch.randn(1, 3, 64, 64))
-    return torch.export.export(convert_pt2e(prepared), (x,))
+    return corpus.quantized("resnet18")
 
 
 CASES = {

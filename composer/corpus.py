@@ -448,3 +448,24 @@ def _calibrate_batch_norm(model: nn.Module, inputs: tuple[torch.Tensor, ...]) ->
             model(*batch)
     for norm, momentum in zip(norms, momenta, strict=True):
         norm.momentum = momentum
+
+
+def quantized(name: str, calibration: int = 3, seed: int = 0) -> torch.export.ExportedProgram:
+    """A corpus model quantized the way ExecuTorch's XNNPACK guide does (PT2E,
+    ``XNNPACKQuantizer`` per-channel symmetric, ``calibration`` random batches shaped like its
+    inputs), exported again: the int8 program a phone would run."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    model, inputs = load(name, seed)
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True)
+    )
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(calibration):
+        prepared(*(torch.randn(x.shape, generator=generator) for x in inputs))
+    return torch.export.export(convert_pt2e(prepared), inputs)

@@ -12,23 +12,7 @@ from composer import corpus
 
 @pytest.fixture(scope="module")
 def quantized_resnet18() -> torch.export.ExportedProgram:
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    torchvision = corpus._library("torchvision")
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(weights=None).eval()
-    x = torch.randn(1, 3, 64, 64)
-    quantizer = XNNPACKQuantizer().set_global(
-        get_symmetric_quantization_config(is_per_channel=True)
-    )
-    prepared = prepare_pt2e(torch.export.export(model, (x,)).module(), quantizer)
-    for _ in range(3):
-        prepared(torch.randn(1, 3, 64, 64))
-    return torch.export.export(convert_pt2e(prepared), (x,))
+    return corpus.quantized("resnet18")
 
 
 @pytest.mark.parametrize("stack", ["xnnpack", "openvino,xnnpack"])

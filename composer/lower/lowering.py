@@ -63,26 +63,30 @@ def lower_program(
     )
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
-    try:
-        with torch.no_grad():
-            executorch_program = edge.to_executorch()
-    except Exception as error:
-        raise ComposerError(
-            f"to_executorch failed after lowering with {list(result.backends)}: "
-            f"{type(error).__name__}: {error}"
-        ) from error
+    executorch_program, data_files = written(edge, f"after lowering with {list(result.backends)}")
     return Lowered(
         buffer=executorch_program.buffer,
-        # ExecutorchProgramManager exposes the .ptd data only as a private attribute.
-        data_files={
-            name: bytes(cord) for name, cord in (executorch_program._tensor_data or {}).items()
-        },
+        data_files=data_files,
         plan=result,
         program=executorch_program,
         edge=edge,
         reference=reference,
         repeatable=repeatable,
     )
+
+
+def written(edge: EdgeProgramManager, when: str) -> tuple[ExecutorchProgramManager, dict]:
+    """``edge.to_executorch()`` and its .ptd data files; a failure is a ComposerError saying
+    ``when`` it happened."""
+    try:
+        with torch.no_grad():
+            program = edge.to_executorch()
+    except Exception as error:
+        raise ComposerError(
+            f"to_executorch failed {when}: {type(error).__name__}: {error}"
+        ) from error
+    # ExecutorchProgramManager exposes the .ptd data only as a private attribute.
+    return program, {name: bytes(cord) for name, cord in (program._tensor_data or {}).items()}
 
 
 def lower_edge(

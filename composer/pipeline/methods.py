@@ -24,7 +24,7 @@ from composer.contract.errors import ComposerError, ModelError
 from composer.lower.atomic import write_all
 from composer.lower.cache import cache_dir, cache_enabled
 from composer.lower.export import export_model
-from composer.lower.lowering import lower_edge
+from composer.lower.lowering import lower_edge, written
 from composer.pipeline.proven import own_pins_unremarked, pinned_off
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.stack import Stack
@@ -161,15 +161,7 @@ def compose_methods(
         constant_methods=dict(constant_methods or {}),
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
-    try:
-        with torch.no_grad():
-            program = manager.to_executorch()
-    except Exception as error:
-        raise ComposerError(
-            f"to_executorch failed writing methods {', '.join(edges)}: "
-            f"{type(error).__name__}: {error}"
-        ) from error
-    data_files = {name: bytes(cord) for name, cord in (program._tensor_data or {}).items()}
+    program, data_files = written(manager, f"writing methods {', '.join(edges)}")
     composed = {
         name: Method(name, program.buffer, data_files, plans[name], alone[name]) for name in edges
     }

@@ -16,8 +16,12 @@ from composer.contract.backend_spec import Tolerance
 from composer.contract.op_names import op_name
 
 # Steps of the output scale an integer backend may differ by: rounding differs per op and
-# adds up along the network (ResNet-18 at 64 px: 2 steps, 0.042 at scale 0.021).
-STEPS = 4
+# adds up along the network. Measured, XNNPACK's int8 ResNet-18 at 64 px against its q/dq
+# reference: 2 steps (0.042 at scale 0.021) with fresh weights, 6 steps (0.046 at scale
+# 0.0076) with batch-norm statistics calibrated (composer.corpus). Empirical, not a bound.
+STEPS = 8
+# Steps of the largest output for activations quantized at run time (below): 1.5 measured.
+DYNAMIC_STEPS = 4
 QUANTIZE_PREFIX = "quantized_decomposed."
 _DEQUANTIZE = (
     "quantized_decomposed.dequantize_per_tensor",
@@ -27,14 +31,15 @@ _PASS_THROUGH_DEPTH = 4  # view, reshape, flatten... between the dequantize and 
 
 
 # Activations quantized at run time (torchao's 8da4w, export_llama's -qmode 8da4w): their
-# scales exist only while the program runs and follow the values, so the allowance is STEPS
+# scales exist only while the program runs and follow the values, so the allowance is DYNAMIC_STEPS
 # int8 steps of the largest output (XNNPACK's tiny Llama: 6e-3 on logits up to 0.51, about
 # 1.5 such steps, at every token length).
 DYNAMIC = Tolerance(
     0.0,
     0.0,
-    f"activations quantized at run time (int8 per token): {STEPS} int8 steps of the largest output",
-    of_largest=STEPS / 127,
+    f"activations quantized at run time (int8 per token): {DYNAMIC_STEPS} int8 steps of the "
+    "largest output",
+    of_largest=DYNAMIC_STEPS / 127,
 )
 
 
