@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from corpus_bench import _plain_partitioners
 
 import composer
+from composer.lower.export import eager_of, example_inputs_of
 from composer.measure.latency import interleaved
 from composer.run.compare import compare
 from composer.run.inputs import flat_inputs, sizes_to_prove
@@ -121,27 +122,6 @@ def _planned_bytes(buffer: bytes) -> int:
     return sum(plan.non_const_buffer_sizes[1:])
 
 
-def _example_inputs(program) -> tuple:
-    args, kwargs = program.example_inputs
-    return tuple(args) if not kwargs else tuple(flat_inputs((tuple(args), dict(kwargs))))
-
-
-def _eager(program):
-    module = program.module()
-    _, kwargs = program.example_inputs
-    if not kwargs:
-        return module
-    import torch.utils._pytree as pytree
-
-    _, spec = pytree.tree_flatten((tuple(program.example_inputs[0]), dict(kwargs)))
-
-    def call(*leaves):
-        args, keywords = pytree.tree_unflatten(list(leaves), spec)
-        return module(*args, **keywords)
-
-    return call
-
-
 def _check(buffer: bytes, eager, inputs, tolerance=None) -> tuple[bool, float, str]:
     try:
         loaded = LoadedProgram(buffer)
@@ -181,8 +161,8 @@ def run_case(name: str, stack: str, runs: int) -> dict:
         ours = None
         row["composer_error"] = f"{type(error).__name__}: {str(error)[:300]}"
     dims = dynamic_dims(program)
-    sizes = sizes_to_prove(_example_inputs(program), dims)
-    eager = _eager(program)
+    sizes = sizes_to_prove(example_inputs_of(program, None), dims)
+    eager = eager_of(program, None)
     row["sizes"] = {}
     for label, inputs in sizes:
         entry: dict = {}

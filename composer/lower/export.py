@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +48,14 @@ def export_model(
             f"{str(error).splitlines()[0] if str(error) else ''}. Make the model exportable "
             "(see torch.export's docs) or export it yourself and pass the ExportedProgram."
         ) from error
+
+
+def fresh_program(model: Model, example_inputs: Sequence[Any] | None) -> ExportedProgram:
+    """A program to lower that no lowering has touched: exported again, or the user's copied
+    (ExecuTorch's lowering changes the program it is given)."""
+    if isinstance(model, ExportedProgram):
+        return copy.deepcopy(model)
+    return export_model(model, example_inputs)
 
 
 def parameters_written(program: ExportedProgram) -> list[str]:

@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import BackendListError, ComposerError, ComposerWarning, ModelError
 from composer.lower.cache import DamagedEntryWarning, cache_dir, cache_enabled
-from composer.lower.export import Model, eager_of, example_inputs_of, export_model
+from composer.lower.export import Model, eager_of, example_inputs_of, export_model, fresh_program
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
 from composer.lower.program_cache import ProgramCache
 from composer.measure import placement as measured
@@ -90,7 +90,9 @@ def plan(
         all_stand_ins = {backend.name for backend in resolved}
         # Lowering changes the program it is given: never the user's own (planning export_llama's
         # decoder twice raised KeyError 'rope.freqs_cos').
-        source = _fresh(model, example_inputs) if isinstance(model, ExportedProgram) else program
+        source = (
+            fresh_program(model, example_inputs) if isinstance(model, ExportedProgram) else program
+        )
         with _composer_warnings() as said:
             _edge, result = lower_stack(source, resolved, registry, all_stand_ins, stack, progress)
         result = with_backend_facts(result, resolved)
@@ -209,11 +211,11 @@ def compose(
         # 'model.rotary_emb.inv_freq'), so each lowering after the first gets a fresh one,
         # and a program the user passed is never lowered itself.
         first = not exported_used and not isinstance(model, ExportedProgram)
-        source = program() if first else _fresh(model, example_inputs)
+        source = program() if first else fresh_program(model, example_inputs)
         exported_used = True
         return lower_program(
             source, resolved, registry, stand_ins, current, progress, folder, workers,
-            again=lambda: _fresh(model, example_inputs),
+            again=lambda: fresh_program(model, example_inputs),
         )  # fmt: skip
 
     stored = cached.by_module(model, example_inputs) if cached else None
@@ -294,13 +296,6 @@ def _jobs(jobs: int | None) -> int:
     if not is_count(jobs):
         raise ComposerError(f"jobs must be a whole number >= 1, not {jobs!r}.")
     return jobs
-
-
-def _fresh(model: Model, example_inputs) -> ExportedProgram:
-    """A program to lower that no lowering has touched: exported again, or the user's copied."""
-    if isinstance(model, ExportedProgram):
-        return copy.deepcopy(model)
-    return export_model(model, example_inputs)
 
 
 def _measured(

@@ -9,7 +9,6 @@ the program that is written.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -23,7 +22,7 @@ from torch.export import ExportedProgram
 from composer.contract.errors import ComposerError, ModelError
 from composer.lower.atomic import write_all
 from composer.lower.cache import cache_dir, cache_enabled
-from composer.lower.export import export_model
+from composer.lower.export import fresh_program
 from composer.lower.lowering import lower_edge, written
 from composer.pipeline.proven import own_pins_unremarked, pinned_off
 from composer.registry.discovery import Registry, default_registry
@@ -151,8 +150,8 @@ def compose_methods(
         repaired = pinned_off(stack, [(r["backend"], r["nodes"]) for r in plan.repairs])
         with own_pins_unremarked(bool(plan.repairs)):
             edge, together, _ = lower_edge(
-                _fresh(model, inputs), resolved, registry, set(), repaired, progress, folder, 1,
-                again=lambda model=model, inputs=inputs: _fresh(model, inputs),
+                fresh_program(model, inputs), resolved, registry, set(), repaired, progress, folder, 1,
+                again=lambda model=model, inputs=inputs: fresh_program(model, inputs),
             )  # fmt: skip
         edges[name] = edge.exported_program()
         plans[name] = attrs.evolve(together, repairs=plan.repairs, placement=plan.placement)
@@ -189,9 +188,3 @@ def _model_and_inputs(name: str, entry: Any) -> tuple[Any, tuple | None]:
         f"method {name!r}: expected an ExportedProgram or (module, example_inputs), got "
         f"{type(entry).__name__}."
     )
-
-
-def _fresh(model: Any, inputs: tuple | None) -> ExportedProgram:
-    if isinstance(model, ExportedProgram):
-        return copy.deepcopy(model)
-    return export_model(model, inputs)
