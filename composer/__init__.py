@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from composer.contract.options import Option
     from composer.pipeline.compose import compose, plan
     from composer.pipeline.methods import MethodsComposition
+    from composer.pipeline.quantize import quantize
     from composer.registry.discovery import Registry, default_registry
     from composer.registry.stack import Stack
     from composer.run.composition import Composition
@@ -62,6 +63,7 @@ _MODULE_OF = {
     "op_name": "composer.contract.op_names",
     "partitioner": "composer.scheduler.drop_in",
     "plan": "composer.pipeline.compose",
+    "quantize": "composer.pipeline.quantize",
 }
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "op_name",
     "partitioner",
     "plan",
+    "quantize",
 ]
 
 

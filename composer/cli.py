@@ -99,6 +99,11 @@ def _lower(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
+    if args.quantize:
+        model = composer.quantize(
+            model, stack, inputs, calibration=_calibration(inputs, args.quantize),
+            progress=progress,
+        )  # fmt: skip
     composition = composer.compose(
         model, stack, inputs, progress=progress, jobs=args.jobs, cache=not args.no_cache,
         check=not args.no_check,
@@ -120,6 +125,21 @@ def _lower(args: argparse.Namespace) -> int:
     if args.bench:
         _print_stack_latencies(composition, model, inputs, stack, args.bench)
     return 0
+
+
+def _calibration(inputs, batches: int) -> list[tuple]:
+    """``batches`` random batches shaped like the example inputs (integer inputs, token ids,
+    kept as they are): what the command line has to calibrate with."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+
+    def like(value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return torch.randn(value.shape, generator=generator, dtype=value.dtype)
+        return value
+
+    return [tuple(like(value) for value in inputs) for _ in range(batches)]
 
 
 def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None:
@@ -399,6 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
         "partition that fails is moved to the next backend)",
     )  # fmt: skip
     lower.add_argument("--quiet", action="store_true", help="no progress lines")
+    lower.add_argument(
+        "--quantize", type=int, nargs="?", const=8, metavar="N",
+        help="quantize for the stack first: each backend's nodes with its own quantizer "
+        "(XNNPACK: int8), the others float; calibrated on N random batches (default 8)",
+    )  # fmt: skip
     lower.add_argument(
         "--bench", type=int, nargs="?", const=200, metavar="N",
         help="time the program against eager and each backend alone (N runs, default 200)",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from executorch.exir.backend.partitioner import Partitioner
     from torch.export import ExportedProgram
     from torch.fx.passes.operator_support import OperatorSupportBase
+    from torchao.quantization.pt2e.quantizer import Quantizer
 
     from composer.contract.backend_spec import BackendSpec
     from composer.contract.options import Option
@@ -161,6 +162,28 @@ def composer_ops_to_not_decompose(
     priority order and every answer is honoured, so an op one backend keeps whole is whole
     for the backends after it too. ``None``: the native partitioner's answer, if any, else
     nothing.
+    """
+
+
+@hookspec(firstresult=True)
+def composer_quantizer(backend: BackendSpec, options: Mapping[str, str]) -> Quantizer | None:
+    """Return the PT2E ``Quantizer`` whose integer ops ``backend``'s kernels run.
+
+    ``composer.quantize(model, stack, inputs)`` plans the stack on the float model first, then
+    asks each backend of the stack for its quantizer and lets it annotate only the nodes that
+    backend will take (an annotation it puts on another backend's node is taken off): an int8
+    backend's regions are quantized for it, the regions of a backend without a quantizer stay
+    float. Return a fresh object each call, configured as your backend wants it::
+
+        @hookimpl
+        def composer_quantizer(backend):
+            quantizer = XNNPACKQuantizer()
+            return quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+
+    It annotates the graph of ``torch.export.export(model, inputs).module()``, as
+    ``torchao.quantization.pt2e.prepare_pt2e`` hands it over; the weights are then stored
+    quantized (``convert_pt2e``'s default). ``options`` as in ``composer_operator_support``.
+    Not implemented, or ``None``: the backend runs float.
     """
 
 

@@ -24,7 +24,7 @@ from composer.registry.stack import Stack
 from composer.run.composition import Composition
 from composer.run.proof import Culprit, ProgramFailed, prove
 from composer.scheduler.assign import node_pin
-from composer.scheduler.origins import origin_name
+from composer.scheduler.origins import origin_backends
 
 # Each repair moves one partition; a stack of k backends moves a node at most k times.
 MAX_REPAIRS = 16
@@ -145,18 +145,8 @@ def _backends_by_origin(composition: Composition) -> dict[str, str]:
     without lowering again, and the report is not worth that."""
     if composition.from_cache:
         return {}
-    backends = composition.plan.node_backends
     module = composition.edge.exported_program().graph_module
-    graphs = [module.graph]
-    for node in module.graph.nodes:
-        if node.op == "get_attr" and hasattr(getattr(module, node.target), "original_module"):
-            graphs.append(getattr(module, node.target).original_module.graph)
-    return {
-        origin_name(node): backends[node.name]
-        for graph in graphs
-        for node in graph.nodes
-        if node.op == "call_function" and node.name in backends
-    }
+    return origin_backends(module, composition.plan.node_backends)
 
 
 def _warn_of_portable_kernels(repairs, backends: Sequence[str]) -> None:

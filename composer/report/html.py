@@ -8,7 +8,13 @@ from collections import Counter
 import attrs
 
 from composer.report.placement_html import measured_placement
-from composer.scheduler.plans import PORTABLE, Partition, Plan
+from composer.scheduler.plans import (
+    PORTABLE,
+    Partition,
+    Plan,
+    describe_dynamic_dims,
+    describe_repair,
+)
 
 # Distinct hues, none of them red: red is reserved for device crossings.
 PALETTE = (
@@ -226,7 +232,7 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str]) -> str:
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{bw:.0f}" height="{bh:.0f}" rx="8" '
             f'fill="{color}" fill-opacity="0.12" stroke="{color}" stroke-width="1.5"/>'
             f'<text x="{x + 6:.0f}" y="{y + 14:.0f}" font-weight="bold" fill="{color}">'
-            f"{_e(partition.id)}</text></g>"
+            f"{_e(partition.id)}{' quantized' if partition.quantized else ''}</text></g>"
         )
     for a, b in plan.edges:
         if a not in layout.positions or b not in layout.positions:
@@ -277,7 +283,7 @@ def _op_summary(ops: Counter[str]) -> str:
 def _tables(plan: Plan, lanes: list[str], colors: dict[str, str]) -> str:
     rows = []
     for backend in lanes:
-        partitions = "\u2013" if backend == PORTABLE else len(plan.partitions_of(backend))
+        partitions = "\u2013" if backend == PORTABLE else plan.partition_count(backend)
         rows.append(
             f'<tr data-backend="{_e(backend)}"><td><span class="swatch" '
             f'style="background:{colors[backend]}"></span>{_e(backend)}</td>'
@@ -343,7 +349,8 @@ table { border-collapse: collapse; } td, th { border: 1px solid #ddd; padding: 3
 
 
 def _backend_facts(plan: Plan) -> str:
-    """Which library compiled each backend's delegates, and the tolerances verification uses."""
+    """Which library compiled each backend's delegates, the tolerances verification uses, the
+    dynamic dims, the partitions moved and how the program was proven."""
     items = [f"<li>{_e(b)} compiled with {_e(lib)}</li>" for b, lib in plan.libraries.items()]
     items += [
         f"<li>{_e(b)} verified within atol {t.atol:g}, rtol {t.rtol:g}"
@@ -351,6 +358,18 @@ def _backend_facts(plan: Plan) -> str:
         + "</li>"
         for b, t in plan.tolerances.items()
     ]
+    if plan.quantization is not None:
+        q = plan.quantization
+        items.append(
+            f"<li>quantized: verified within atol {q.atol:g}, rtol {q.rtol:g} "
+            f"({_e(q.reason)}); {sum(p.quantized for p in plan.partitions)} of "
+            f"{len(plan.partitions)} partitions compute on quantized values</li>"
+        )
+    if plan.dynamic_dims:
+        items.append(f"<li>dynamic: {_e(describe_dynamic_dims(plan.dynamic_dims))}</li>")
+    items += [f"<li>moved: {_e(describe_repair(r))}</li>" for r in plan.repairs]
+    if plan.proof:
+        items.append(f"<li>proof: {_e(plan.proof)}</li>")
     return f'<ul class="facts">{"".join(items)}</ul>' if items else ""
 
 

@@ -4,6 +4,8 @@ of a program read from the cache needs it, and none of ExecuTorch's compiler."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch.fx
 
 
@@ -21,3 +23,22 @@ def origin_name(node: torch.fx.Node) -> str:
     while source.from_node:
         source = source.from_node[-1]
     return source.name
+
+
+def origin_backends(
+    graph_module: torch.fx.GraphModule, node_backends: Mapping[str, str]
+) -> dict[str, str]:
+    """Which backend took each node of the exported program, by origin name, read from the
+    lowered ``graph_module`` (the graphs inside its delegates too) and its plan's
+    ``node_backends``: the names a quantizer or a repair knows are the exported program's."""
+    graphs = [graph_module.graph]
+    for node in graph_module.graph.nodes:
+        lowered = getattr(graph_module, node.target, None) if node.op == "get_attr" else None
+        if hasattr(lowered, "original_module"):
+            graphs.append(lowered.original_module.graph)
+    return {
+        origin_name(node): node_backends[node.name]
+        for graph in graphs
+        for node in graph.nodes
+        if node.op == "call_function" and node.name in node_backends
+    }

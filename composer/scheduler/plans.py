@@ -13,6 +13,7 @@ from tabulate import tabulate
 from composer.contract.backend_spec import Tolerance
 
 PORTABLE = "portable"
+QUANTIZED_OPS = ("quantized_decomposed.", "torchao.")  # the namespaces of q/dq ops
 HOST = "cpu"  # portable kernels, graph inputs and outputs run on the host
 # What timed the partitions and regions of a plan that does not say (made before hosted
 # timing): composer.measure.etdump.ProgramTrace.timer.
@@ -38,6 +39,12 @@ class Partition:
     def op_counts(self) -> dict[str, int]:
         return dict(sorted(Counter(self.ops).items()))
 
+    @property
+    def quantized(self) -> bool:
+        """Whether the delegate computes on quantized values: it holds quantize or dequantize
+        nodes (PT2E's, or torchao's for activations quantized at run time)."""
+        return any(op.startswith(QUANTIZED_OPS) for op in self.ops)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -45,6 +52,7 @@ class Partition:
             "device": self.device,
             "nodes": list(self.nodes),
             "op_counts": self.op_counts,
+            "quantized": self.quantized,
         }
 
 
@@ -142,6 +150,12 @@ class Plan:
     def partitions_of(self, backend: str) -> list[Partition]:
         return [p for p in self.partitions if p.backend == backend]
 
+    def partition_count(self, backend: str) -> str:
+        """``5``, or ``5 (3 quantized)`` where some compute on quantized values."""
+        partitions = self.partitions_of(backend)
+        quantized = sum(p.quantized for p in partitions)
+        return f"{len(partitions)}" + (f" ({quantized} quantized)" if quantized else "")
+
     def _placement_lines(self) -> list[str]:
         if not self.placement:
             return []
@@ -232,7 +246,7 @@ class Plan:
                 (
                     backend + (" (stand-in)" if backend in self.stand_ins else ""),
                     str(len(self.nodes_on(backend))),
-                    "-" if backend == PORTABLE else str(len(self.partitions_of(backend))),
+                    "-" if backend == PORTABLE else self.partition_count(backend),
                     top + (f", +{more} more" if more > 0 else ""),
                 )
             )

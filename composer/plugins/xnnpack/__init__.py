@@ -28,3 +28,14 @@ def composer_partitioner(backend, program):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     return XnnpackPartitioner()
+
+
+@hookimpl
+def composer_quantizer(backend):
+    # Static int8 with per-channel weights: what ExecuTorch's XNNPACK examples and recipes use.
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))

@@ -1,0 +1,187 @@
+"""Quantize for the stack: each region of the model with the quantizer of the backend that will
+take it (the ``composer_quantizer`` hook), the regions of float backends left float.
+
+The plan comes first, on the float model (no compiler runs: plan mode). Its nodes are traced back
+to the exported program's (:func:`~composer.scheduler.origins.origin_backends`), whose names the
+graph PT2E quantizes keeps, so each backend's quantizer annotates only what that backend takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+from torch.export import ExportedProgram
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpec
+
+from composer.contract.errors import ComposerError, PluginError
+from composer.lower.export import Model, example_inputs_of, export_model, fresh_program
+from composer.registry.discovery import Registry, default_registry
+from composer.registry.stack import Stack
+from composer.run.compare import compare
+from composer.scheduler.origins import origin_backends
+
+ANNOTATION = "quantization_annotation"  # where PT2E quantizers put what they decided on a node
+
+
+@attrs.frozen
+class Region:
+    """What one backend's quantizer may annotate: the exported program's nodes it takes."""
+
+    backend: str
+    quantizer: Quantizer
+    nodes: frozenset[str]
+
+
+class RegionQuantizer(Quantizer):
+    """Several quantizers over one graph, each kept to its backend's nodes.
+
+    A node is annotated by the quantizer of the backend the plan gives it, or by none. The
+    quantizers annotate in the stack's order; an annotation one puts on a node of another
+    region, or of no backend (portable kernels have no integer ops), is taken off again.
+    """
+
+    def __init__(self, regions: Sequence[Region], planned: Mapping[str, str]) -> None:
+        super().__init__()
+        self.regions = tuple(regions)
+        self.planned = dict(planned)  # exported program's node -> the backend that takes it
+        self.annotated: dict[str, int] = {}  # backend -> nodes its quantizer kept annotated
+
+    def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        for region in self.regions:
+            model = region.quantizer.transform_for_annotation(model)
+        return model
+
+    def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        annotated: dict[torch.fx.Node, Any] = {}
+        for region in self.regions:
+            # Each quantizer sees a graph no other annotated (OpenVINO's asserts as much).
+            for node in model.graph.nodes:
+                node.meta.pop(ANNOTATION, None)
+            region.quantizer.annotate(model)
+            kept = 0
+            for node in model.graph.nodes:
+                annotation = node.meta.pop(ANNOTATION, None)
+                if annotation is None or node in annotated or not self._in(node, region):
+                    continue
+                annotated[node] = annotation
+                kept += node.op == "call_function"
+            self.annotated[region.backend] = kept
+        _drop_dangling_shares(annotated)
+        for node, annotation in annotated.items():
+            node.meta[ANNOTATION] = annotation
+        return model
+
+    def _in(self, node: torch.fx.Node, region: Region) -> bool:
+        """Whether ``node`` is ``region``'s: the plan says so, or it is a weight (get_attr) or
+        input one of the region's nodes reads; a node the plan does not know (a view folded
+        away) follows the quantizer that annotates it."""
+        if node.op != "call_function":
+            return any(self._in(user, region) for user in node.users)
+        return self.planned.get(node.name, region.backend) == region.backend
+
+    def validate(self, model: torch.fx.GraphModule) -> None:
+        for region in self.regions:
+            region.quantizer.validate(model)
+
+
+def _drop_dangling_shares(annotated: dict[torch.fx.Node, Any]) -> None:
+    """Leave float each node whose annotation shares a quantization with a node or edge that
+    kept none (a max pool sharing its input's scale, where that input went to another
+    backend), until none is left: PT2E's prepare cannot resolve such a share."""
+    while True:
+        dangling = [
+            node
+            for node, annotation in annotated.items()
+            if any(not _present(spec.edge_or_node, annotated) for spec in _shares(annotation))
+        ]
+        if not dangling:
+            return
+        for node in dangling:
+            del annotated[node]
+
+
+def _shares(annotation: Any) -> list[SharedQuantizationSpec]:
+    specs = [*annotation.input_qspec_map.values(), annotation.output_qspec]
+    return [spec for spec in specs if isinstance(spec, SharedQuantizationSpec)]
+
+
+def _present(edge_or_node: Any, annotated: dict[torch.fx.Node, Any]) -> bool:
+    if isinstance(edge_or_node, torch.fx.Node):
+        return edge_or_node in annotated and annotated[edge_or_node].output_qspec is not None
+    source, user = edge_or_node
+    return user in annotated and source in annotated[user].input_qspec_map
+
+
+def quantize(
+    model: Model,
+    stack: Stack | str | Sequence[str],
+    example_inputs: Sequence[Any] | None = None,
+    *,
+    calibration: Iterable[Sequence[Any]] | None = None,
+    dynamic_shapes: Any = None,
+    registry: Registry | None = None,
+    progress: Callable[[str], None] | None = None,
+    **settings: Any,
+) -> ExportedProgram:
+    """Quantize ``model`` for ``stack``: plan the stack on the float model, then quantize each
+    backend's nodes with that backend's quantizer (PT2E: prepare, calibrate, convert), and
+    export the result. Backends without a quantizer (``composer_quantizer``) keep theirs float.
+
+    ``calibration``: input tuples run through the prepared model to set the scales (default:
+    the example inputs alone, which is seldom enough for accuracy). The stack and ``settings``
+    are as for :func:`composer.compose`, which takes the program this returns with the same
+    stack.
+    """
+    # Imported here: it imports executorch.exir, seconds that a cache hit elsewhere never pays.
+    from composer.lower.stack import lower_stack
+
+    stack = Stack.of(stack, **settings)
+    registry = registry or default_registry()
+    resolved = registry.resolve(stack.backends)
+    stack = stack.with_defaults(resolved)
+    quantizers = {}
+    for backend in resolved:
+        quantizer = registry.call(
+            "composer_quantizer", backend, options=stack.options.get(backend.name, {})
+        )
+        if quantizer is not None and not isinstance(quantizer, Quantizer):
+            raise PluginError(
+                f"plugin {backend.origin.name!r} returned {type(quantizer).__name__} from "
+                "composer_quantizer; it must return a PT2E Quantizer or None."
+            )
+        if quantizer is not None:
+            quantizers[backend.name] = quantizer
+    if not quantizers:
+        raise ComposerError(
+            f"no backend of {list(stack.backends)} offers a quantizer (composer_quantizer), so "
+            "there is nothing to quantize with; add one that does (composer backends lists them)."
+        )
+    program = export_model(model, example_inputs, dynamic_shapes)
+    inputs = example_inputs_of(model, example_inputs)
+    if any(node.op == "call_function" and "quantize" in str(node.target)
+           for node in program.graph.nodes):  # fmt: skip
+        raise ComposerError("the model is already quantized: compose it as it is.")
+    edge, plan = lower_stack(
+        fresh_program(program, None), resolved, registry, {b.name for b in resolved}, stack
+    )
+    planned = origin_backends(edge.exported_program().graph_module, plan.node_backends)
+    regions = [
+        Region(name, quantizer, frozenset(n for n, b in planned.items() if b == name))
+        for name, quantizer in quantizers.items()
+    ]
+    region_quantizer = RegionQuantizer(regions, planned)
+    prepared = prepare_pt2e(program.module(), region_quantizer)
+    for batch in calibration if calibration is not None else [inputs]:
+        prepared(*batch)
+    converted = convert_pt2e(prepared)
+    if progress is not None:
+        for name, count in region_quantizer.annotated.items():
+            progress(f"{name}: quantized {count} node(s) with its quantizer")
+        _, worst = compare(converted(*inputs), program.module()(*inputs))
+        progress(f"quantized model against the float one: max |difference| {worst:.3g}")
+    return torch.export.export(converted, tuple(inputs), dynamic_shapes=dynamic_shapes)

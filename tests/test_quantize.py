@@ -1,0 +1,48 @@
+"""composer.quantize: each backend's nodes quantized with that backend's quantizer, the nodes of
+a float backend left float, and the result composes, runs and matches its quantized reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from executorch.runtime import Runtime
+
+import composer
+from composer import zoo
+
+pytest.importorskip("openvino")
+
+
+def test_an_int8_backend_beside_a_float_one_each_gets_its_own_precision():
+    model, inputs = zoo.load("cnn")
+    # The convolutions are pinned off XNNPACK, so OpenVINO takes them: XNNPACK's quantizer
+    # annotates every conv and linear, and the convolutions' annotations must come off again
+    # (OpenVINO cannot convert XNNPACK's int8 convolutions: OpConversionFailure).
+    stack = composer.Stack("xnnpack,openvino", never={"xnnpack": ["aten.convolution.default"]})
+    generator = torch.Generator().manual_seed(0)
+    calibration = [(torch.randn(inputs[0].shape, generator=generator),) for _ in range(8)]
+    said: list[str] = []
+
+    program = composer.quantize(model, stack, inputs, calibration=calibration, progress=said.append)
+    composition = composer.compose(program, stack, inputs, cache=False)
+
+    plan = composition.plan
+    assert plan.proof.startswith("ran and matched eager"), plan.proof
+    assert plan.repairs == ()
+    xnnpack, openvino = plan.partitions_of("xnnpack"), plan.partitions_of("openvino")
+    assert xnnpack and all(p.quantized for p in xnnpack)
+    assert openvino and not any(p.quantized for p in openvino)
+    assert plan.ops_on("openvino")["aten.convolution.default"] == 2
+    assert plan.ops_on("xnnpack")["aten.linear.default"] == 1
+    assert f"{len(xnnpack)} ({len(xnnpack)} quantized)" in plan.summary_table()
+    assert any(line.startswith("xnnpack: quantized") for line in said)
+    # The program, run in ExecuTorch's runtime, stays close to the float model it came from.
+    method = Runtime.get().load_program(composition.buffer).load_method("forward")
+    (composed,) = method.execute(list(inputs))
+    assert (composed - model(*inputs)).abs().max().item() < 0.1
+
+
+def test_a_stack_without_a_quantizer_is_refused_with_what_to_do():
+    model, inputs = zoo.load("mlp")
+    with pytest.raises(composer.ComposerError, match="no backend of \\['openvino'\\] offers"):
+        composer.quantize(model, "openvino", inputs)
