@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from composer.pipeline.compose import compose, plan
     from composer.pipeline.methods import MethodsComposition
     from composer.pipeline.quantize import quantize
+    from composer.pipeline.recipes import export_recipe
     from composer.registry.discovery import Registry, default_registry
     from composer.registry.stack import Stack
     from composer.run.composition import Composition
@@ -58,6 +59,7 @@ _MODULE_OF = {
     "Verification": "composer.run.verification",
     "compose": "composer.pipeline.compose",
     "default_registry": "composer.registry.discovery",
+    "export_recipe": "composer.pipeline.recipes",
     "guard": "composer.scheduler.drop_in",
     "listed": "composer.scheduler.drop_in",
     "op_name": "composer.contract.op_names",
@@ -86,6 +88,7 @@ __all__ = [
     "Verification",
     "compose",
     "default_registry",
+    "export_recipe",
     "guard",
     "listed",
     "op_name",

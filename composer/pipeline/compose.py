@@ -65,6 +65,7 @@ def plan(
     The arguments are as for :func:`compose`; ``placement="measured"`` composes and times
     candidates for real, so it needs backends that run here.
     """
+    model, stack, dynamic_shapes = _recipe_applied(model, stack, example_inputs, dynamic_shapes)
     stack = Stack.of(stack, **settings)
     if dynamic_shapes is not None:
         model = export_model(model, example_inputs, dynamic_shapes)
@@ -110,6 +111,18 @@ def plan(
 PLAN_SOURCES = ("plan", "program")  # where a plan may be found, in order
 
 
+def _recipe_applied(model: Model, stack: Any, example_inputs, dynamic_shapes):
+    """(model, stack, dynamic_shapes) as given, or for an ExecuTorch ``ExportRecipe`` as the
+    stack: the program its stages before lowering make of ``model``, and its backends."""
+    if type(stack).__name__ != "ExportRecipe":
+        return model, stack, dynamic_shapes
+    # executorch.export imports ExecuTorch's compiler: only for a recipe.
+    from composer.pipeline.recipes import recipe_backends, recipe_program
+
+    program = recipe_program(stack, model, example_inputs, dynamic_shapes)
+    return program, recipe_backends(stack), None
+
+
 def _program_cache(kinds: tuple[str, ...], wanted, resolved, stack: Stack, registry: Registry):
     """The cache of whole results for this stack, if caching is on and the stack digestible.
 
@@ -145,7 +158,8 @@ def compose(
     """Lower ``model`` with a stack of backends, in priority order, into one ExecuTorch program.
 
     ``stack`` is a :class:`~composer.registry.stack.Stack`, or its backends (a list of names or
-    ``"a,b"``) with the other fields of a Stack as keywords: ``options``, ``never``,
+    ``"a,b"``, or an ExecuTorch ``ExportRecipe``: :mod:`composer.pipeline.recipes`) with the
+    other fields of a Stack as keywords: ``options``, ``never``,
     ``min_partition_size``, ``placement``, ``tune_budget``, ``threads`` (``consolidate=False``
     is the older spelling of ``placement="strict"``). ``example_inputs`` export an ``nn.Module``
     (an ``ExportedProgram`` needs none). ``progress`` gets one line per backend and
@@ -182,6 +196,7 @@ def compose(
         raise ModelError(
             "constant_methods go with several methods: pass model as {'forward': model, ...}."
         )
+    model, stack, dynamic_shapes = _recipe_applied(model, stack, example_inputs, dynamic_shapes)
     stack = Stack.of(stack, **settings)
     if dynamic_shapes is not None:
         model = export_model(model, example_inputs, dynamic_shapes)
