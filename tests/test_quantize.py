@@ -46,3 +46,12 @@ def test_a_stack_without_a_quantizer_is_refused_with_what_to_do():
     model, inputs = zoo.load("mlp")
     with pytest.raises(composer.ComposerError, match="no backend of \\['openvino'\\] offers"):
         composer.quantize(model, "openvino", inputs)
+
+
+def test_quantized_nodes_no_backend_of_the_stack_takes_are_refused_with_what_to_do():
+    model, inputs = zoo.load("mlp")
+    program = composer.quantize(model, "xnnpack", inputs)
+    # OpenVINO cannot convert XNNPACK's int8 linears, and the portable kernels have no
+    # quantize/dequantize: a stack without XNNPACK cannot run this program.
+    with pytest.raises(composer.ComposerError, match="No backend of the stack took the quantize"):
+        composer.compose(program, "openvino", inputs, cache=False)

@@ -13,6 +13,7 @@ import torch
 from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError
+from composer.contract.op_names import op_name
 from composer.lower.cache import Store
 from composer.registry.stack import Stack
 from composer.scheduler.plans import Plan
@@ -84,9 +85,29 @@ def written(edge: EdgeProgramManager, when: str) -> tuple[ExecutorchProgramManag
     except Exception as error:
         raise ComposerError(
             f"to_executorch failed {when}: {type(error).__name__}: {error}"
+            + _portable_quantize_hint(edge, error)
         ) from error
     # ExecutorchProgramManager exposes the .ptd data only as a private attribute.
     return program, {name: bytes(cord) for name, cord in (program._tensor_data or {}).items()}
+
+
+def _portable_quantize_hint(edge: EdgeProgramManager, error: Exception) -> str:
+    """What to do when quantize/dequantize nodes were left to portable kernels, which have no
+    out variants for them: no backend of the stack took the quantized ops they wrap."""
+    if "Missing out variants" not in str(error) or "quantized_decomposed" not in str(error):
+        return ""
+    left = [
+        node.name
+        for node in edge.exported_program().graph.nodes
+        if node.op == "call_function" and op_name(node).startswith("quantized_decomposed.")
+    ]
+    shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
+    return (
+        f". No backend of the stack took the quantize/dequantize nodes {shown}, and ExecuTorch's "
+        "portable kernels cannot run them: put a backend that takes this quantization (xnnpack "
+        "for XNNPACKQuantizer's) in the stack, or quantize the model for the stack "
+        "(composer.quantize)."
+    )
 
 
 def lower_edge(
