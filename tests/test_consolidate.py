@@ -88,7 +88,8 @@ def planned(model, stack, inputs, **settings):
         ("llama_block", ["xnnpack", "tensorrt_stub"]),
         ("gru", ["xnnpack", "tensorrt_stub"]),
         ("transformer_block", ["xnnpack", "cuda"]),
-        ("llama_decoder", ["xnnpack", "cuda"]),
+        # CI time (70 s): the slow suite's.
+        pytest.param("llama_decoder", ["xnnpack", "cuda"], marks=pytest.mark.slow),
     ],
 )
 def test_zoo_models_get_fewer_calls_and_crossings_with_the_same_outputs(name, stack):

@@ -86,7 +86,10 @@ def test_vulkan_lowers_here():
     assert default_registry().unavailable_reason(default_registry().backends["vulkan"]) is None
 
 
-@pytest.mark.parametrize("model_name", ["mlp", "cnn", "mobilenet"])
+# CI time: the default suite lowers mlp; the slow suite adds the convolutional ones.
+@pytest.mark.parametrize(
+    "model_name", ["mlp", *(pytest.param(m, marks=pytest.mark.slow) for m in ("cnn", "mobilenet"))]
+)
 def test_vulkan_then_xnnpack_writes_vulkan_flatbuffers_and_matches_eager(model_name):
     from composer.plugins.vulkan import describe_payload
 
@@ -448,6 +451,9 @@ def test_apple_backends_the_wheel_lacks_say_why_and_what_would_let_them(name, wh
 # --- golden plans of the stacks users ship ---------------------------------------------
 
 GOLDEN_MODELS = ["mlp", "cnn", "mobilenet", "resnet", "llama_block", "tied_lm", "unet"]
+# CI time: the default suite pins three models' plans (20-50 s each to lower with Vulkan); the
+# slow suite (-m slow) the rest.
+GOLDEN_SLOW = ("mobilenet", "llama_block", "tied_lm", "unet")
 LOWERING_STACKS = {
     "vulkan-xnnpack": ["vulkan", "xnnpack"],
     "coreml-xnnpack": pytest.param(["coreml", "xnnpack"], marks=needs_coremltools),
@@ -461,7 +467,10 @@ LOWERING_STACKS = {
         for name, v in LOWERING_STACKS.items()
     ],
 )
-@pytest.mark.parametrize("model_name", GOLDEN_MODELS)
+@pytest.mark.parametrize(
+    "model_name",
+    [pytest.param(m, marks=pytest.mark.slow) if m in GOLDEN_SLOW else m for m in GOLDEN_MODELS],
+)
 def test_stack_users_ship(composer_check, model_name, stack, backends):
     model, inputs = zoo.load(model_name)
     result = composer_check(model, backends, inputs, golden=f"{model_name}.{stack}")

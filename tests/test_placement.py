@@ -618,6 +618,7 @@ def test_a_region_that_never_ran_alone_is_estimated_from_the_call_that_held_it()
                                   {"portable": 3.0, "x": 7.0})  # fmt: skip
 
 
+@pytest.mark.slow  # CI time: the CLI test above checks the printed config reproduces the plan
 def test_a_measured_choice_is_pinned_by_the_config_it_prints(cache, composer_check):
     model, inputs = zoo.load("cumsum_mlp")
     measured = composer.plan(model, "xnnpack,openvino", inputs, placement="measured")

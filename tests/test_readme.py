@@ -31,7 +31,12 @@ def test_the_readme_has_the_blocks_this_test_knows():
     assert len(RUNNABLE) >= 5 and len(USERS_OWN) == 2
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=[_name(b) for b in RUNNABLE])
+# CI time: export_llama's block (2 minutes on 2 cores) is test_llm.py's flow, run there.
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=pytest.mark.slow) if "llama.exported" in b else b for b in RUNNABLE],
+    ids=[_name(b) for b in RUNNABLE],
+)
 def test_a_readme_example_runs(block, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     exec(compile(block, str(README), "exec"), {"__name__": "readme_example"})  # noqa: S102
