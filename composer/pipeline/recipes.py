@@ -83,10 +83,15 @@ def recipe_stack(recipe: ExportRecipe, registry: Registry | None = None, **setti
 
 
 def recipe_program(
-    recipe: ExportRecipe, model: Any, example_inputs: Sequence[Any] | None, dynamic_shapes=None
+    recipe: ExportRecipe,
+    model: Any,
+    example_inputs: Sequence[Any] | None,
+    dynamic_shapes=None,
+    calibration: Sequence[Sequence[Any]] = (),
 ) -> ExportedProgram:
     """``model`` through ``recipe``'s stages before lowering, run by ExecuTorch itself: source
-    transforms, quantization (calibrated on ``example_inputs``), ``torch.export``."""
+    transforms, quantization (calibrated on ``example_inputs`` and ``calibration``'s input
+    tuples), ``torch.export`` (with ``example_inputs``)."""
     if isinstance(model, ExportedProgram):
         if recipe.quantization_recipe is not None:
             raise ModelError(
@@ -98,7 +103,7 @@ def recipe_program(
         raise ModelError("a module needs its example inputs to export with a recipe.")
     session = ExportSession(
         model=model,
-        example_inputs=[tuple(example_inputs)],
+        example_inputs=[tuple(example_inputs), *(tuple(batch) for batch in calibration)],
         export_recipe=dataclasses.replace(recipe, pipeline_stages=list(_BEFORE_LOWERING)),
         dynamic_shapes=dynamic_shapes,
     )
