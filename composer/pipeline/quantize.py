@@ -30,11 +30,11 @@ ANNOTATION = "quantization_annotation"  # where PT2E quantizers put what they de
 
 @attrs.frozen
 class Region:
-    """What one backend's quantizer may annotate: the exported program's nodes it takes."""
+    """A backend of the stack and its quantizer, which may annotate the nodes the plan gives
+    that backend (``RegionQuantizer.planned``)."""
 
     backend: str
     quantizer: Quantizer
-    nodes: frozenset[str]
 
 
 class RegionQuantizer(Quantizer):
@@ -59,7 +59,7 @@ class RegionQuantizer(Quantizer):
     def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
         annotated: dict[torch.fx.Node, Any] = {}
         for region in self.regions:
-            # Each quantizer sees a graph no other annotated (OpenVINO's asserts as much).
+            # Each quantizer sees a graph no other annotated (NNCF's OpenVINOQuantizer asserts it).
             for node in model.graph.nodes:
                 node.meta.pop(ANNOTATION, None)
             region.quantizer.annotate(model)
@@ -158,8 +158,9 @@ def quantize(
             quantizers[backend.name] = quantizer
     if not quantizers:
         raise ComposerError(
-            f"no backend of {list(stack.backends)} offers a quantizer (composer_quantizer), so "
-            "there is nothing to quantize with; add one that does (composer backends lists them)."
+            f"no backend of {list(stack.backends)} offers a quantizer (the composer_quantizer "
+            "hook), so there is nothing to quantize with: add one that does to the stack "
+            "(xnnpack's is XNNPACK's int8 quantizer)."
         )
     program = export_model(model, example_inputs, dynamic_shapes)
     inputs = example_inputs_of(model, example_inputs)
@@ -170,10 +171,7 @@ def quantize(
         fresh_program(program, None), resolved, registry, {b.name for b in resolved}, stack
     )
     planned = origin_backends(edge.exported_program().graph_module, plan.node_backends)
-    regions = [
-        Region(name, quantizer, frozenset(n for n, b in planned.items() if b == name))
-        for name, quantizer in quantizers.items()
-    ]
+    regions = [Region(name, quantizer) for name, quantizer in quantizers.items()]
     region_quantizer = RegionQuantizer(regions, planned)
     prepared = prepare_pt2e(program.module(), region_quantizer)
     for batch in calibration if calibration is not None else [inputs]:
