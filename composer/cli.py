@@ -99,6 +99,8 @@ def _lower(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
 
+    if args.methods:
+        return _lower_methods(args, stack, (model, inputs), progress, output, report)
     if args.quantize:
         model = composer.quantize(
             model, stack, inputs, calibration=_calibration(inputs, args.quantize),
@@ -124,6 +126,50 @@ def _lower(args: argparse.Namespace) -> int:
             return 1
     if args.bench:
         _print_stack_latencies(composition, model, inputs, stack, args.bench)
+    return 0
+
+
+def _lower_methods(args, stack, forward, progress, output: Path, report: Path | None) -> int:
+    """``composer lower MODEL --method NAME=MODEL ...``: one program of several methods, MODEL
+    the method ``forward``."""
+    from torch.export import ExportedProgram
+
+    import composer
+    from composer.model_source import load_model
+
+    if (report is not None and report.suffix != ".json") or args.bench or args.quantize:
+        raise ComposerError(
+            "with --method, --report takes a .json (one plan per method) and --bench and "
+            "--quantize are not available; compose the methods one at a time for those."
+        )
+    methods = {"forward": forward}
+    for text in args.methods:
+        name, _, source = text.partition("=")
+        if not name or not source or name in methods:
+            raise ComposerError(
+                f"--method takes NAME=MODEL with a new name (forward is MODEL), not {text!r}."
+            )
+        methods[name] = load_model(source, args.dynamic)
+    entries = {
+        name: model if isinstance(model, ExportedProgram) else (model, inputs)
+        for name, (model, inputs) in methods.items()
+    }
+    composition = composer.compose(
+        entries, stack, progress=progress, cache=not args.no_cache, check=not args.no_check
+    )
+    extra = {report: composition.to_json().encode()} if report is not None else {}
+    terminal.interrupts.check()
+    composition.save(output, extra=extra)
+    terminal.interrupts.written = [output, *extra]
+    print(composition.summary_table())
+    written = ", ".join(str(p) for p in [output, *extra])
+    print(f"wrote {written} ({len(composition.buffer):,} bytes of program)")
+    if args.verify:
+        results = {name: composition.verify(name) for name in composition.methods}
+        for name, result in results.items():
+            print(f"verify {name}: {result}")
+        if not all(result.ok for result in results.values()):
+            return 1
     return 0
 
 
@@ -419,6 +465,11 @@ def build_parser() -> argparse.ArgumentParser:
         "partition that fails is moved to the next backend)",
     )  # fmt: skip
     lower.add_argument("--quiet", action="store_true", help="no progress lines")
+    lower.add_argument(
+        "--method", dest="methods", action="append", default=[], metavar="NAME=MODEL",
+        help="another method of the program, e.g. decode=zoo:mlp (repeatable); MODEL is the "
+        "method forward",
+    )  # fmt: skip
     lower.add_argument(
         "--quantize", type=int, nargs="?", const=8, metavar="N",
         help="quantize for the stack first: each backend's nodes with its own quantizer "

@@ -63,6 +63,22 @@ def test_lower_writes_pte_and_reports_then_run_compares(capsys, tmp_path):
     assert code == 0 and "output 0" in out
 
 
+def test_lower_several_methods_into_one_program_and_run_each(capsys, tmp_path):
+    pte, report = tmp_path / "m.pte", tmp_path / "m.json"
+    code, out, _ = run(capsys, "lower", "zoo:mlp", "--method", "head=zoo:cumsum_mlp",
+                       "--backends", "xnnpack", "-o", str(pte), "--report", str(report),
+                       "--verify", "--quiet")  # fmt: skip
+    assert code == 0
+    assert "method forward:" in out and "method head:" in out
+    assert "verify forward: OK" in out and "verify head: OK" in out
+    assert set(json.loads(report.read_text())["methods"]) == {"forward", "head"}
+    code, out, _ = run(capsys, "run", str(pte), "--method", "head", "--compare", "zoo:cumsum_mlp")
+    assert code == 0 and "compare with zoo:cumsum_mlp: OK" in out
+    code, _, err = run(capsys, "lower", "zoo:mlp", "--method", "forward=zoo:cnn",
+                       "--backends", "xnnpack", "-o", str(tmp_path / "n.pte"))  # fmt: skip
+    assert code == 2 and "--method takes NAME=MODEL with a new name" in err
+
+
 def test_lower_html_report(capsys, tmp_path):
     report = tmp_path / "plan.html"
     code, _, _ = run(capsys, "lower", "zoo:mlp", "--backends", "tensorrt_stub", "-o",

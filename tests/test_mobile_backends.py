@@ -270,6 +270,7 @@ def test_a_compiled_core_ml_model_is_refused_off_macos_with_what_to_use():
 # --- WebGPU (Vulkan's serialization, the ops WebGPU's runtime implements) ---------------
 
 
+@pytest.mark.slow  # CI time (80 s); the test below plans WebGPU in the default suite
 def test_webgpu_then_xnnpack_writes_vulkan_flatbuffers_of_webgpu_ops_only():
     from executorch.backends.webgpu.test.tester import WEBGPU_SUPPORTED_OPS
 

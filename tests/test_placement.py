@@ -244,7 +244,8 @@ def test_the_cli_prints_the_measurements_and_the_config_that_reproduces_them(
 
 def test_cache_info_and_clear(cache, capsys):
     model, inputs = zoo.load("mlp")
-    composer.plan(model, ["xnnpack", "openvino"], inputs, placement="measured")
+    # CI time: a budget of 0 s times the first candidates only, and caches the choice alike.
+    composer.plan(model, ["xnnpack", "openvino"], inputs, placement="measured", tune_budget=0)
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
     assert f"cache: {cache}" in out and "placement: 1 entry" in out

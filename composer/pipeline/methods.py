@@ -81,10 +81,10 @@ class MethodsComposition:
             )
         return verify(self.methods[method], inputs)
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the .pte and any .ptd data files beside it, all or none."""
+    def save(self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None) -> Path:
+        """Write the .pte, any .ptd data files beside it, and ``extra`` files, all or none."""
         target = Path(path)
-        files = {target: self.buffer}
+        files = {target: self.buffer, **(extra or {})}
         for name, data in self.data_files.items():
             files[target.parent / (name if name.endswith(".ptd") else f"{name}.ptd")] = data
         write_all(files)
