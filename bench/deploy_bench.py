@@ -6,8 +6,9 @@ with the same stack, side by side.
 
 Cases: a Conv1d net over a signal of dynamic length; a 2-layer ``nn.TransformerEncoder`` with a
 dynamic sequence; export_llama's tiny KV-cache decoder (``composer.llama``, dynamic token
-dimension); an LSTM called with its ``(h, c)`` state; PT2E-quantized torchvision ResNet-18
-(XNNPACKQuantizer, 64 px). For each stack:
+dimension); an LSTM called with its ``(h, c)`` state; PT2E-quantized corpus CNNs
+(XNNPACKQuantizer, ``composer.corpus.quantized``: ResNet-18, MobileNetV2, EfficientNet-B0,
+ShuffleNetV2, SqueezeNet). For each stack:
 
 - plain: ``to_edge_transform_and_lower(copy of ep, partitioner=[XnnpackPartitioner(),
   OpenvinoPartitioner(...)] in the stack's order).to_executorch()``; composer:
@@ -86,18 +87,24 @@ def _lstm():
     return torch.export.export(_Recurrent().eval(), x)
 
 
-def _quantized_resnet18():
-    from composer import corpus
+def _quantized(name: str):
+    def build():
+        from composer import corpus
 
-    return corpus.quantized("resnet18")
+        return corpus.quantized(name)
 
+    return build
+
+
+# The quantized tier: corpus CNNs as ExecuTorch's XNNPACK guide quantizes them (PT2E int8).
+QUANTIZED = ("resnet18", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2", "squeezenet")
 
 CASES = {
     "signal": _signal,
     "encoder": _encoder,
     "llama": _llama,
     "lstm": _lstm,
-    "quantized_resnet18": _quantized_resnet18,
+    **{f"quantized_{name}": _quantized(name) for name in QUANTIZED},
 }
 
 
