@@ -113,12 +113,7 @@ def _lower(args: argparse.Namespace) -> int:
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
-    terminal.interrupts.check()
-    composition.save(output, extra=extra)
-    terminal.interrupts.written = [output, *extra]
-    print(composition.plan.summary_table())
-    written = ", ".join(str(p) for p in [output, *extra])
-    print(f"wrote {written} ({len(composition.buffer):,} bytes of program)")
+    _write(composition, output, extra, composition.plan.summary_table())
     if args.verify:
         result = composition.verify()
         print(f"verify: {result}")
@@ -127,6 +122,17 @@ def _lower(args: argparse.Namespace) -> int:
     if args.bench:
         _print_stack_latencies(composition, model, inputs, stack, args.bench)
     return 0
+
+
+def _write(composition, output: Path, extra: dict, table: str) -> None:
+    """Write the program and ``extra`` files (all or none, unless Ctrl-C came first), then print
+    ``table`` and what was written."""
+    terminal.interrupts.check()
+    composition.save(output, extra=extra)
+    terminal.interrupts.written = [output, *extra]
+    print(table)
+    written = ", ".join(str(p) for p in [output, *extra])
+    print(f"wrote {written} ({len(composition.buffer):,} bytes of program)")
 
 
 def _lower_methods(args, stack, forward, progress, output: Path, report: Path | None) -> int:
@@ -158,12 +164,7 @@ def _lower_methods(args, stack, forward, progress, output: Path, report: Path | 
         entries, stack, progress=progress, cache=not args.no_cache, check=not args.no_check
     )
     extra = {report: composition.to_json().encode()} if report is not None else {}
-    terminal.interrupts.check()
-    composition.save(output, extra=extra)
-    terminal.interrupts.written = [output, *extra]
-    print(composition.summary_table())
-    written = ", ".join(str(p) for p in [output, *extra])
-    print(f"wrote {written} ({len(composition.buffer):,} bytes of program)")
+    _write(composition, output, extra, composition.summary_table())
     if args.verify:
         results = {name: composition.verify(name) for name in composition.methods}
         for name, result in results.items():

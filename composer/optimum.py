@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 
 from optimum.exporters.executorch.recipe_registry import register_recipe
 
+from composer.lower.atomic import ptd_name
 from composer.pipeline.compose import compose
 from composer.pipeline.methods import MethodsComposition
 
@@ -39,7 +40,7 @@ class WrittenProgram:
 
     def write_tensor_data_to_file(self, folder: str | Path) -> None:
         for name, data in self.composition.data_files.items():
-            (Path(folder) / (name if name.endswith(".ptd") else f"{name}.ptd")).write_bytes(data)
+            (Path(folder) / ptd_name(name)).write_bytes(data)
 
 
 @register_recipe(RECIPE)

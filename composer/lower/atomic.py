@@ -23,6 +23,12 @@ from pathlib import Path
 from composer.contract.errors import ComposerError
 
 
+def ptd_name(name: str) -> str:
+    """The file name of a program's external tensor data ``name`` (as ExecuTorch names it, with
+    or without ``.ptd``): what the runtime looks for beside the .pte."""
+    return name if name.endswith(".ptd") else f"{name}.ptd"
+
+
 def check_writable(paths: Sequence[Path]) -> None:
     """Refuse, before any work starts, output paths that cannot be written as regular files.
 

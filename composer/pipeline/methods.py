@@ -20,7 +20,7 @@ import torch
 from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, ModelError
-from composer.lower.atomic import write_all
+from composer.lower.atomic import ptd_name, write_all
 from composer.lower.cache import cache_dir, cache_enabled
 from composer.lower.export import fresh_program
 from composer.lower.lowering import lower_edge, written
@@ -86,7 +86,7 @@ class MethodsComposition:
         target = Path(path)
         files = {target: self.buffer, **(extra or {})}
         for name, data in self.data_files.items():
-            files[target.parent / (name if name.endswith(".ptd") else f"{name}.ptd")] = data
+            files[target.parent / ptd_name(name)] = data
         write_all(files)
         return target
 

@@ -38,10 +38,6 @@ PROVIDER = "composer"
 _BEFORE_LOWERING = (StageType.SOURCE_TRANSFORM, StageType.QUANTIZE, StageType.TORCH_EXPORT)
 
 
-def is_recipe(value: Any) -> bool:
-    return isinstance(value, ExportRecipe)
-
-
 def recipe_backends(recipe: ExportRecipe, registry: Registry | None = None) -> list[str]:
     """The backends a recipe's partitioners lower to, in its order, as composer names them."""
     registry = registry or default_registry()
@@ -75,11 +71,6 @@ def recipe_backends(recipe: ExportRecipe, registry: Registry | None = None) -> l
         if name not in names:
             names.append(name)
     return names
-
-
-def recipe_stack(recipe: ExportRecipe, registry: Registry | None = None, **settings: Any) -> Stack:
-    """The stack of ``recipe``'s partitioners, with ``settings`` as :class:`Stack`'s keywords."""
-    return Stack(recipe_backends(recipe, registry), **settings)
 
 
 def recipe_program(

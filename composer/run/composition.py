@@ -13,7 +13,7 @@ import attrs
 import torch
 
 from composer.contract.errors import ComposerError
-from composer.lower.atomic import write_all
+from composer.lower.atomic import ptd_name, write_all
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, verify
 from composer.scheduler.plans import Plan
@@ -73,7 +73,7 @@ class Composition:
         target = Path(path)
         files = {target: self.buffer}
         for name, data in self.data_files.items():
-            files[target.parent / (name if name.endswith(".ptd") else f"{name}.ptd")] = data
+            files[target.parent / ptd_name(name)] = data
         files.update(extra or {})
         write_all(files)
         return target

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from composer.contract.errors import ComposerError
+from composer.lower.atomic import ptd_name
 
 RUNNER_VARIABLE = "COMPOSER_ET_RUNNER"
 MAGIC = b"ETRUNIO1"
@@ -189,7 +190,7 @@ def run_program(
             out.write(buffer)
         paths = []
         for name, data in data_files.items():
-            paths.append(os.path.join(directory, name if name.endswith(".ptd") else f"{name}.ptd"))
+            paths.append(os.path.join(directory, ptd_name(name)))
             with open(paths[-1], "wb") as out:
                 out.write(data)
         try:
