@@ -100,6 +100,37 @@ def test_a_real_compiler_failure_moves_the_partition_it_was_handed():
     assert not plan.nodes_on("openvino")
 
 
+class FloatThenBfloat16(torch.nn.Module):
+    """A float linear and relu, then attention in bf16: with tanh pinned off OpenVINO it gets
+    two partitions, and its compiler fails only the bf16 one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x, k, v):
+        q = torch.tanh(torch.relu(self.lin(x))).to(torch.bfloat16)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_only_the_partition_a_compiler_failed_on_moves():
+    torch.manual_seed(0)
+    x, k, v = torch.randn(1, 2, 8, 16), *torch.randn(2, 1, 2, 8, 16, dtype=torch.bfloat16)
+    composition = composer.compose(
+        FloatThenBfloat16().eval(), "openvino,xnnpack", (x, k, v), cache=False,
+        never={"openvino": ["aten.tanh.default"]},
+    )  # fmt: skip
+
+    plan = composition.plan
+    (repair,) = plan.repairs
+    assert repair["why"] == "failed to lower: KeyError: torch.bfloat16"
+    assert "aten__softmax_default" in repair["nodes"]
+    # The float partition compiled: it stays on OpenVINO.
+    assert "aten_relu_default" in plan.nodes_on("openvino")
+    assert "aten_relu_default" not in repair["nodes"]
+    assert plan.proof.startswith("ran and matched eager")
+
+
 @pytest.mark.parametrize("stack", ["cuda", "xnnpack,cuda"])
 def test_a_dynamic_transformer_plans_with_cuda_anywhere(stack):
     # The cuda plugin's op probes keyed a cache on shapes: a SymInt cannot be hashed.

@@ -14,6 +14,9 @@ instead of calling ``preprocess``.
 The unit of reuse is one partition when the backend keeps ExecuTorch's default
 ``preprocess_multimethod`` (each partition compiled on its own), and the whole call when the
 backend overrides it: CudaBackend, for one, gathers every partition's weights into one store.
+
+The same unit is what a failure names: a compiler that raises comes out as ``CompilerRaised``
+with the partition programs it was handed, so a repair moves those partitions and no others.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from executorch.exir.backend import backend_api
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 
 from composer.lower.cache import Store
+from composer.lower.compiler_raised import CompilerRaised, handed_nodes
 from composer.lower.fingerprint import (
     Unfingerprintable,
     code_digest,
@@ -122,17 +126,19 @@ def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, job
             code = None
 
     def preprocess_multimethod(klass, edge_programs, compile_specs):
-        if (whole_call or jobs == 1) and (code is None or store is None):
-            return original(klass, edge_programs, compile_specs)
         if whole_call:
-            key = _key(code, cls, [p for m in edge_programs for p in edge_programs[m]],
-                       [s for m in edge_programs for s in compile_specs[m]])  # fmt: skip
+            everything = [p for m in edge_programs for p in edge_programs[m]]
+            key = _key(code, cls, everything, [s for m in edge_programs for s in compile_specs[m]])
             cached = _load(store, key)
             if cached is not None:
-                reuse.count(backend.name, sum(map(len, edge_programs.values())), 0)
+                reuse.count(backend.name, len(everything), 0)
                 return cached
-            results = original(klass, edge_programs, compile_specs)
-            reuse.count(backend.name, 0, sum(map(len, edge_programs.values())))
+            nodes = handed_nodes(everything)
+            try:
+                results = original(klass, edge_programs, compile_specs)
+            except Exception as error:
+                raise CompilerRaised(cls, nodes, error) from error
+            reuse.count(backend.name, 0, len(everything))
             if not _save(store, key, results):
                 reuse.unstored += 1
             return results
@@ -210,7 +216,7 @@ def _preprocess_each(cls: type, work: list, jobs: int) -> list:
     """``cls.preprocess`` of each ``(program, compile specs)``, in ``jobs`` forked processes
     when there is more than one; the children inherit the programs, only results travel."""
     if jobs <= 1 or len(work) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [cls.preprocess(program, specs) for program, specs in work]
+        return _preprocess_serially(cls, work)
     global _WORK
     _WORK = (cls, work)
     try:
@@ -220,11 +226,22 @@ def _preprocess_each(cls: type, work: list, jobs: int) -> list:
         ) as pool:
             return list(pool.map(_preprocess_forked, range(len(work))))
     except Exception:  # noqa: BLE001
-        # Lowered again here, where a backend's error carries its own traceback (composer
-        # names the plugin from it) and a result that could not travel needs not.
-        return [cls.preprocess(program, specs) for program, specs in work]
+        # Lowered again here, where a backend's error names the partition that raised it and
+        # a result that could not travel needs not.
+        return _preprocess_serially(cls, work)
     finally:
         _WORK = None
+
+
+def _preprocess_serially(cls: type, work: list) -> list:
+    results = []
+    for program, specs in work:
+        nodes = handed_nodes([program])
+        try:
+            results.append(cls.preprocess(program, specs))
+        except Exception as error:
+            raise CompilerRaised(cls, nodes, error) from error
+    return results
 
 
 def _one_thread() -> None:

@@ -5,18 +5,16 @@ with composer's partitioners; a clear ComposerError when ExecuTorch fails.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 
 import attrs
 import torch
-import torch.fx
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
 from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed, first_line
+from composer.lower.compiler_raised import CompilerRaised
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.registry.discovery import Backend, Registry
@@ -24,7 +22,6 @@ from composer.registry.stack import Stack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
 from composer.scheduler.kept_whole import KeptWholeButLeft
-from composer.scheduler.origins import origin_name
 from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
 from composer.scheduler.plans import Plan
 from composer.scheduler.preserved import unsaid_preservation_warnings
@@ -140,7 +137,7 @@ def _lower(
         failure = _lowering_error(error, partitioners, records)
         # A backend's compiler that raised is the backend's failure, and a repair moves its
         # partition; anything else may be a parameter write, which only a retrace shows.
-        if not _raised_in_compiler(error, partitioners):
+        if not isinstance(error, CompilerRaised):
             written = parameters_written(program)
             if written:
                 raise parameters_written_error(written) from error
@@ -178,7 +175,9 @@ def _lowering_error(
     error: Exception, partitioners: list[ComposerPartitioner], records: list[PartitionRecord]
 ) -> ComposerError:
     """Name the backend (and plugin) a failure inside ExecuTorch's lowering belongs to."""
-    happened = f"{type(error).__name__}: {first_line(error)}"
+    raised = error if isinstance(error, CompilerRaised) else None
+    cause = raised.error if raised is not None else error
+    happened = f"{type(cause).__name__}: {first_line(cause)}"
     # ExecuTorch partitions and lowers one partitioner at a time, in list order.
     current = next((p for p in reversed(partitioners) if p.entered), None)
     if current is None:
@@ -202,21 +201,18 @@ def _lowering_error(
         )
     raiser = (
         f"{backend_class.__name__}.preprocess"
-        if _raised_in_compiler(error, partitioners)
+        if raised is not None
         else f"ExecuTorch's lowering for {backend_class.__name__}"
     )
     message = f"{who} failed to lower: {raiser} raised {happened}"
     if not handed:
         return PluginError(message)
-    # Which of the partitions composer handed this backend its compiler was given when it
-    # raised: the partition program in flight, matched by its nodes to what composer tagged,
-    # whatever the function and argument that held it (a classmethod's ``cls`` comes first,
-    # ``preprocess_multimethod`` holds them all).
-    failing = _partition_in_flight(error, handed)
-    if failing is not None:
-        return PreprocessFailed(message, current.backend.name, tuple(failing), failing)
-    # Nothing in flight to match: every partition handed over moves, and the repaired
-    # program is proven again (the plan's repairs say so).
+    owner = {name: index for index, partition in enumerate(handed) for name, _ in partition}
+    if raised is not None and raised.nodes.keys() <= owner.keys():
+        # What composer handed the compiler when it raised.
+        return PreprocessFailed(message, current.backend.name, tuple(raised.nodes), raised.nodes)
+    # ExecuTorch's own lowering raised, around the compiler: every partition handed over
+    # moves, and the repaired program is proven again (the plan's repairs say so).
     everything = {name: name for partition in handed for name, _ in partition}
     return PreprocessFailed(
         f"{message} (in one of its {len(handed)} partition(s), not known which: all move)",
@@ -224,46 +220,3 @@ def _lowering_error(
         tuple(everything),
         everything,
     )
-
-
-def _raised_in_compiler(error: BaseException, partitioners: list[ComposerPartitioner]) -> bool:
-    """Whether ``error`` went through the code of the backend being lowered (its Python
-    package: ``executorch/backends/openvino/...``), not only ExecuTorch's own."""
-    current = next((p for p in reversed(partitioners) if p.entered), None)
-    if current is None or current.stand_in:
-        return False
-    try:
-        package = Path(inspect.getfile(current.backend_class())).parent
-    except (TypeError, OSError, ComposerError):
-        return False
-    return any(Path(frame.f_code.co_filename).is_relative_to(package) for frame in _frames(error))
-
-
-def _partition_in_flight(error: BaseException, handed) -> dict[str, str] | None:
-    """The nodes (each with its ``origin_name``) of the partition of ``handed`` (per partition,
-    its (node name, op) pairs) that a frame the error went through was lowering: the innermost
-    frame holding a program whose compute nodes all belong to one handed partition. Partition
-    programs keep the names of the nodes they were cut from."""
-    owner = {name: index for index, partition in enumerate(handed) for name, _ in partition}
-    for frame in reversed(list(_frames(error))):
-        for value in list(frame.f_locals.values()):
-            graph = getattr(getattr(value, "graph_module", None), "graph", None)
-            if not isinstance(graph, torch.fx.Graph):
-                continue
-            nodes = [n for n in graph.nodes if n.op == "call_function"]
-            indices = {owner.get(n.name) for n in nodes}
-            if nodes and len(indices) == 1 and None not in indices:
-                return {n.name: origin_name(n) for n in nodes}
-    return None
-
-
-def _frames(error: BaseException | None):
-    """The frames the error (and the errors it chains) went through."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        traceback = error.__traceback__
-        while traceback is not None:
-            yield traceback.tb_frame
-            traceback = traceback.tb_next
-        error = error.__cause__ or error.__context__

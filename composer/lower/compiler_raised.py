@@ -1,0 +1,41 @@
+"""A backend's compiler raised on partitions composer handed it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from composer.contract.errors import first_line
+from composer.scheduler.origins import origin_name
+
+
+def handed_nodes(programs: Iterable) -> dict[str, str]:
+    """The compute nodes of partition programs (which keep the names of the nodes they were
+    cut from), each with the exported program's node it descends from. Read before the
+    compiler runs: a compiler may rewrite the program it is given (OpenVINO's turns dim-order
+    copies back into ``aten._to_copy``) and then raise."""
+    return {
+        node.name: origin_name(node)
+        for program in programs
+        for node in program.graph_module.graph.nodes
+        if node.op == "call_function"
+    }
+
+
+class CompilerRaised(Exception):
+    """Raised from composer's wrapper around a backend class's lowering
+    (``composer.lower.partition_cache``) when the class's compiler raised: ``nodes`` are those
+    of the partitions it was given (``handed_nodes``), one partition where the class lowers
+    them one at a time (ExecuTorch's default ``preprocess_multimethod``), every one where it
+    lowers all at once. The compiler's own error is ``error`` (and ``__cause__``).
+
+    Which partition failed is known from what composer handed over, whatever the backend
+    raised and wherever, not from the traceback: a repair moves exactly those partitions."""
+
+    def __init__(self, backend_class: type, nodes: Mapping[str, str], error: BaseException):
+        self.backend_class = backend_class
+        self.nodes = dict(nodes)
+        self.error = error
+        super().__init__(
+            f"{backend_class.__name__}.preprocess raised {type(error).__name__}: "
+            f"{first_line(error)}"
+        )
