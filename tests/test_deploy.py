@@ -191,9 +191,11 @@ def test_several_methods_make_one_program_sized_as_plain_executorch_s(stack):
     prefill = torch.export.export(Decoder(shared).eval(), (torch.randn(8, 64),))
     decode = torch.export.export(Decoder(shared).eval(), (torch.randn(1, 64),))
     metadata = {"get_max_seq_len": 8}
+    said: list[str] = []
     composed = composer.compose(
-        {"prefill": prefill, "decode": decode}, stack, cache=False, constant_methods=metadata
-    )
+        {"prefill": prefill, "decode": decode}, stack, cache=False, constant_methods=metadata,
+        progress=said.append,
+    )  # fmt: skip
 
     assert set(composed.plans) == {"prefill", "decode"}
     for name in ("prefill", "decode"):
@@ -203,6 +205,9 @@ def test_several_methods_make_one_program_sized_as_plain_executorch_s(stack):
     assert program.method_names == {"prefill", "decode", "get_max_seq_len"}
     assert list(program.load_method("get_max_seq_len").execute([])) == [8]
     assert "method decode:" in composed.summary_table()
+    # Each method is lowered once (a repair aside): the program of both is written from them.
+    lowerings = [line for line in said if line.startswith("lowered with")]
+    assert len(lowerings) == 2 + sum(len(plan.repairs) for plan in composed.plans.values())
     if stack == "xnnpack":  # the shared weight is stored as plain ExecuTorch stores it
         plain = to_edge_transform_and_lower(
             {"prefill": prefill, "decode": decode},

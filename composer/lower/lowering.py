@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import copy
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +47,24 @@ class Lowered:
     # Every partition came from the cache or went into it: lowering again gives these bytes
     # (AOTInductor's autotuning alone would not).
     repeatable: bool = False
+    # The lowered edge program as it was before to_executorch, which rewrites it in place;
+    # kept only inside ``keeping_unwritten``.
+    unwritten: ExportedProgram | None = None
+
+
+_KEEP_UNWRITTEN: ContextVar[bool] = ContextVar("keep_unwritten", default=False)
+
+
+@contextlib.contextmanager
+def keeping_unwritten() -> Iterator[None]:
+    """Lowerings inside keep a copy of their edge program from before ``to_executorch``
+    (``Lowered.unwritten``): a method composed and proven alone goes into a program of several
+    methods as it is, not lowered a second time."""
+    token = _KEEP_UNWRITTEN.set(True)
+    try:
+        yield
+    finally:
+        _KEEP_UNWRITTEN.reset(token)
 
 
 def lower_program(
@@ -64,6 +85,7 @@ def lower_program(
     )
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
+    unwritten = copy.deepcopy(edge.exported_program()) if _KEEP_UNWRITTEN.get() else None
     executorch_program, data_files = written(edge, f"after lowering with {list(result.backends)}")
     return Lowered(
         buffer=executorch_program.buffer,
@@ -73,6 +95,7 @@ def lower_program(
         edge=edge,
         reference=reference,
         repeatable=repeatable,
+        unwritten=unwritten,
     )
 
 

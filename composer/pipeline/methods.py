@@ -1,10 +1,11 @@
 """Several methods in one program (prefill and decode, encoder and decoder, an LLM's metadata).
 
-Each method is composed and proven alone with the stack, repairs included; then every method is
-lowered again with its repairs and ExecuTorch writes them into one program, with the constant
-methods, as ``to_edge_transform_and_lower({...}, constant_methods=...)`` does: weights shared
-between methods are stored as plain lowering stores them. Each method is then proven again in
-the program that is written.
+Each method is composed and proven alone with the stack, repairs included; then ExecuTorch
+writes every method's lowered edge program (kept from before its own ``to_executorch``) into one
+program, with the constant methods, as ``to_edge_transform_and_lower({...}, constant_methods=...)``
+does: weights shared between methods are stored as plain lowering stores them. A method that
+came from composer's program cache has no edge program kept and is lowered again with its
+repairs. Each method is then proven again in the program that is written.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from composer.contract.errors import ComposerError, ModelError
 from composer.lower.atomic import ptd_name, write_all
 from composer.lower.cache import cache_dir, cache_enabled
 from composer.lower.export import fresh_program
-from composer.lower.lowering import lower_edge, written
+from composer.lower.lowering import keeping_unwritten, lower_edge, written
 from composer.pipeline.proven import own_pins_unremarked, pinned_off
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.stack import Stack
@@ -135,10 +136,11 @@ def compose_methods(
     for name, (model, inputs) in given.items():
         if progress is not None:
             progress(f"method {name}:")
-        alone[name] = compose_one(
-            model, stack, inputs, progress=progress, cache=cache, registry=registry,
-            check=check, **settings,
-        )  # fmt: skip
+        with keeping_unwritten():
+            alone[name] = compose_one(
+                model, stack, inputs, progress=progress, cache=cache, registry=registry,
+                check=check, **settings,
+            )  # fmt: skip
     registry = registry or default_registry()
     stack = Stack.of(stack, **settings)
     resolved = registry.resolve(stack.backends)
@@ -147,6 +149,9 @@ def compose_methods(
     edges, plans = {}, {}
     for name, (model, inputs) in given.items():
         plan = alone[name].plan
+        if alone[name].unwritten_edge is not None:
+            edges[name], plans[name] = alone[name].unwritten_edge, plan
+            continue
         repaired = pinned_off(stack, [(r["backend"], r["nodes"]) for r in plan.repairs])
         with own_pins_unremarked(bool(plan.repairs)):
             edge, together, _ = lower_edge(

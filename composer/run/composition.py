@@ -20,6 +20,7 @@ from composer.scheduler.plans import Plan
 
 if TYPE_CHECKING:
     from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
+    from torch.export import ExportedProgram
 
     from composer.lower.lowering import Lowered
 
@@ -62,6 +63,12 @@ class Composition:
     def edge(self) -> EdgeProgramManager:
         """The lowered edge program, after to_executorch converted it."""
         return self._lowering().edge
+
+    @property
+    def unwritten_edge(self) -> ExportedProgram | None:
+        """The lowered edge program before ``to_executorch``, where the lowering that made this
+        program kept it (``composer.lower.lowering.keeping_unwritten``); never lowers again."""
+        return None if self._lowered is None else self._lowered.unwritten
 
     @property
     def reference(self) -> torch.nn.Module:
