@@ -143,10 +143,10 @@ def _lower_methods(args, stack, forward, progress, output: Path, report: Path | 
     import composer
     from composer.model_source import load_model
 
-    if (report is not None and report.suffix != ".json") or args.bench or args.quantize:
+    if args.bench or args.quantize:
         raise ComposerError(
-            "with --method, --report takes a .json (one plan per method) and --bench and "
-            "--quantize are not available; compose the methods one at a time for those."
+            "with --method, --bench and --quantize are not available; compose the methods one "
+            "at a time for those."
         )
     methods = {"forward": forward}
     for text in args.methods:
@@ -163,7 +163,9 @@ def _lower_methods(args, stack, forward, progress, output: Path, report: Path | 
     composition = composer.compose(
         entries, stack, progress=progress, cache=not args.no_cache, check=not args.no_check
     )
-    extra = {report: composition.to_json().encode()} if report is not None else {}
+    extra = {}
+    if report is not None:
+        extra[report] = _render_methods_report(composition, report, args.model).encode()
     _write(composition, output, extra, composition.summary_table())
     if args.verify:
         results = {name: composition.verify(name) for name in composition.methods}
@@ -214,6 +216,16 @@ def _render_report(plan, path: Path, title: str) -> str:
     from composer.report.html import render_html
 
     return render_html(plan, title=f"composer plan: {title}")
+
+
+def _render_methods_report(composition, path: Path, title: str) -> str:
+    if path.suffix == ".json":
+        return composition.to_json()
+    from composer.report.html import render_methods_html
+
+    return render_methods_html(
+        composition.plans, composition.constant_methods, title=f"composer program: {title}"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -291,3 +291,40 @@ def test_a_measured_plan_shows_every_candidate_each_region_and_each_partitions_t
     }
     for item in placement["partitions"]:
         assert f"measured: {item['median_us']:.1f} us" in titles[item["partition"]]
+
+
+def test_a_program_of_several_methods_is_one_page_with_a_section_per_method():
+    from composer.report.html import render_methods_html
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        plans = {
+            name: composer.plan(
+                zoo.load(model)[0], ["tensorrt_stub", "xnnpack"], zoo.load(model)[1]
+            )
+            for name, model in (("prefill", "mlp"), ("decode", "mlp"), ("head", "cumsum_mlp"))
+        }
+    page = render_methods_html(plans, {"get_max_seq_len": 8}, title="llm <program>")
+    balance = TagBalance()
+    balance.feed(page)
+    balance.close()
+    assert balance.open == []
+    text = text_of(page)
+    assert "llm &lt;program&gt;" in text
+    for name in plans:
+        assert f"method {name}" in text
+    assert "get_max_seq_len" in text and "8" in text
+    # prefill and decode have the same nodes: each picture names them, ids stay unique.
+    node_ids = [
+        g.get("id")
+        for svg in ET.fromstring(f"<r>{_svgs(page)}</r>")
+        for g in svg.iter(f"{SVG}g")
+        if g.get("class") == "node"
+    ]
+    assert len(node_ids) == len(set(node_ids)) == sum(len(p.node_backends) for p in plans.values())
+    assert "prefill:aten_relu_default" in node_ids and "decode:aten_relu_default" in node_ids
+
+
+def _svgs(page: str) -> str:
+    return "".join(re.findall(r"<svg.*?</svg>", page, flags=re.DOTALL))

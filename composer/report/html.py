@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import html
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -191,7 +193,7 @@ def _text_color(fill: str) -> str:
     return "#111" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#fff"
 
 
-def _svg(plan: Plan, layout: _Layout, colors: dict[str, str]) -> str:
+def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> str:
     partition_of = {n: p.id for p in plan.partitions for n in p.nodes}
     w, h = layout.width, layout.height
     header = (
@@ -258,7 +260,7 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str]) -> str:
         op = plan.node_ops.get(node, "?")
         where = partition_of.get(node, backend)
         out.append(
-            f'<g class="node" id="{_e(node)}" data-node="{_e(node)}" '
+            f'<g class="node" id="{_e(ids + node)}" data-node="{_e(node)}" '
             f'data-backend="{_e(backend)}"><title>{_e(node)}\n{_e(op)} on {_e(where)} '
             f"({_e(plan.device_of(node))}){_e(_traced(plan, node))}</title>"
             f'<rect x="{x:.0f}" y="{y:.0f}" width="{NODE_W}" height="{NODE_H}" rx="4" '
@@ -376,15 +378,56 @@ def _backend_facts(plan: Plan) -> str:
 def render_html(plan: Plan, title: str = "composer plan") -> str:
     """A complete, offline HTML page picturing ``plan``: the graph by backend, partitions,
     device crossings, per-backend summary and fallbacks, and how a measured placement chose."""
-    lanes = _lanes(plan)
-    colors = _colors(lanes)
-    layout = _layout(plan)
+    return _page(title, _plan_body(plan))
+
+
+def render_methods_html(
+    plans: Mapping[str, Plan],
+    constant_methods: Mapping[str, Any] | None = None,
+    title: str = "composer program",
+) -> str:
+    """One page for a program of several methods: each method's plan as ``render_html``
+    pictures it, under the method's name, then the constant methods."""
+    contents = "".join(f'<li><a href="#method-{_e(name)}">{_e(name)}</a></li>' for name in plans)
+    parts = [f'<ul class="facts">{contents}</ul>']
+    for name, plan in plans.items():
+        # Node names repeat between methods; their elements' ids must not.
+        parts += [
+            f'<section class="method" id="method-{_e(name)}">',
+            f"<h2>method {_e(name)}</h2>",
+            _plan_body(plan, ids=f"{name}:"),
+            "</section>",
+        ]
+    if constant_methods:
+        rows = "".join(
+            f"<tr><td>{_e(name)}</td><td>{_e(repr(value))}</td></tr>"
+            for name, value in constant_methods.items()
+        )
+        parts.append(
+            f"<h2>constant methods</h2><table><tr><th>method</th><th>value</th></tr>{rows}</table>"
+        )
+    return _page(title, "\n".join(parts))
+
+
+def _page(title: str, body: str) -> str:
     return "\n".join(
         [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
             f"<h1>{_e(title)}</h1>",
+            body,
+            "</body></html>",
+        ]
+    )
+
+
+def _plan_body(plan: Plan, ids: str = "") -> str:
+    lanes = _lanes(plan)
+    colors = _colors(lanes)
+    layout = _layout(plan)
+    return "\n".join(
+        [
             f"<p>Backends in priority order: {_e(', '.join(plan.backends))}</p>",
             _backend_facts(plan),
             (
@@ -396,13 +439,12 @@ def render_html(plan: Plan, title: str = "composer plan") -> str:
                 f"<span>nodes <b>{len(plan.node_backends)}</b></span></p>"
             ),
             _legend(plan, lanes, colors),
-            f'<div class="graph">{_svg(plan, layout, colors)}</div>',
+            f'<div class="graph">{_svg(plan, layout, colors, ids)}</div>',
             (
                 '<p class="note">Hover a node for its full name. Red dashed edges cross devices; '
                 "the device-crossing total also counts graph inputs and outputs.</p>"
             ),
             _tables(plan, lanes, colors),
             measured_placement(plan),
-            "</body></html>",
         ]
     )
