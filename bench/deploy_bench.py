@@ -87,17 +87,19 @@ def _lstm():
     return torch.export.export(_Recurrent().eval(), x)
 
 
-def _quantized(name: str):
+def _quantized(name: str, dynamic: bool = False):
     def build():
         from composer import corpus
 
-        return corpus.quantized(name)
+        return corpus.quantized(name, dynamic=dynamic)
 
     return build
 
 
-# The quantized tier: corpus CNNs as ExecuTorch's XNNPACK guide quantizes them (PT2E int8).
+# The quantized tier: corpus CNNs as ExecuTorch's XNNPACK guide quantizes them (PT2E int8),
+# and the corpus's transformer encoders with their linears dynamically quantized.
 QUANTIZED = ("resnet18", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2", "squeezenet")
+DYNAMIC_QUANTIZED = ("bert", "whisper_encoder", "deit_tiny", "t5_encoder")
 
 CASES = {
     "signal": _signal,
@@ -105,6 +107,7 @@ CASES = {
     "llama": _llama,
     "lstm": _lstm,
     **{f"quantized_{name}": _quantized(name) for name in QUANTIZED},
+    **{f"dynamic_quantized_{name}": _quantized(name, True) for name in DYNAMIC_QUANTIZED},
 }
 
 

@@ -450,10 +450,14 @@ def _calibrate_batch_norm(model: nn.Module, inputs: tuple[torch.Tensor, ...]) ->
         norm.momentum = momentum
 
 
-def quantized(name: str, calibration: int = 3, seed: int = 0) -> torch.export.ExportedProgram:
+def quantized(
+    name: str, calibration: int = 3, seed: int = 0, dynamic: bool = False
+) -> torch.export.ExportedProgram:
     """A corpus model quantized the way ExecuTorch's XNNPACK guide does (PT2E,
     ``XNNPACKQuantizer`` per-channel symmetric, ``calibration`` random batches shaped like its
-    inputs), exported again: the int8 program a phone would run."""
+    inputs), exported again: the int8 program a phone would run. ``dynamic``: activations
+    quantized at run time (the linears only: how transformer encoders are quantized for
+    XNNPACK)."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
@@ -462,10 +466,17 @@ def quantized(name: str, calibration: int = 3, seed: int = 0) -> torch.export.Ex
 
     model, inputs = load(name, seed)
     quantizer = XNNPACKQuantizer().set_global(
-        get_symmetric_quantization_config(is_per_channel=True)
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
     )
     prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
     generator = torch.Generator().manual_seed(seed)
     for _ in range(calibration):
-        prepared(*(torch.randn(x.shape, generator=generator) for x in inputs))
+        prepared(*(_like(x, generator) for x in inputs))
     return torch.export.export(convert_pt2e(prepared), inputs)
+
+
+def _like(value: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """A random calibration input shaped like ``value``; token ids stay the example's."""
+    if not value.is_floating_point():
+        return value
+    return torch.randn(value.shape, generator=generator, dtype=value.dtype)

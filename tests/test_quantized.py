@@ -33,3 +33,37 @@ def test_quantized_resnet18_composes_whole_on_xnnpack_and_runs(quantized_resnet1
         (repair,) = plan.repairs
         assert repair["why"].startswith("failed to lower: OpConversionFailure")
         assert "compiled with: openvino" not in plan.summary_table()
+
+
+def _dynamically_quantized_mlp() -> torch.export.ExportedProgram:
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from composer import zoo
+
+    model, inputs = zoo.load("mlp")
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+    )
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
+    prepared(*inputs)
+    return torch.export.export(convert_pt2e(prepared), inputs)
+
+
+def test_a_dynamically_quantized_linear_goes_with_its_chains_past_a_backend_that_splits_them():
+    # OpenVINO takes the linears' addmm and weight dequantize but not choose_qparams: the
+    # activation chains were left to portable kernels, which cannot run them (plain ExecuTorch
+    # fails in OpenVINO's frontend). Now each linear goes to XNNPACK whole; OpenVINO keeps the
+    # float relus.
+    composition = composer.compose(_dynamically_quantized_mlp(), "openvino,xnnpack", cache=False)
+
+    plan = composition.plan
+    assert plan.proof.startswith("ran and matched eager")
+    assert plan.nodes_on("portable") == []
+    assert plan.ops_on("openvino") == {"aten.relu.default": 2}
+    xnnpack = plan.ops_on("xnnpack")
+    assert xnnpack["quantized_decomposed.choose_qparams.tensor"] == 3
+    assert xnnpack["aten.addmm.default"] == 3

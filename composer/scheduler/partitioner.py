@@ -28,6 +28,7 @@ from composer.scheduler.guards import (
 from composer.scheduler.kept_whole import KeptWholeButLeft, kept_whole_but_left
 from composer.scheduler.origins import origin_name
 from composer.scheduler.pieces import PieceProbes, decomposable
+from composer.scheduler.quant_chains import chains_kept_with_their_ops
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 from composer.scheduler.support import Support, evaluate_support, native_partitioner, plugin_label
 from composer.scheduler.validate import check_lowerable
@@ -269,9 +270,13 @@ class ComposerPartitioner(Partitioner):
             return True
 
         started = time.perf_counter()
+        taken = {n for n in graph.nodes if n.op == "call_function" and is_offered_and_taken(n)}
+        constants = constant_placeholders(exported_program)
+        for node, why in chains_kept_with_their_ops(graph, taken, constants).items():
+            declined[node.name] = why
         bounded = partition_within_boundary(
             graph,
-            is_offered_and_taken,
+            taken.__contains__,
             self.min_partition_size,
             support.refuses_at_boundary,
             (

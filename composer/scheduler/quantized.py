@@ -36,7 +36,7 @@ _DEQUANTIZE = (
 _PASS_THROUGH_DEPTH = 4  # view, reshape, flatten... between the dequantize and the output
 # Ops that move values without computing new ones: an output behind them has the scale of the
 # dequantize before them. Any other op computes in float from dequantized inputs.
-_PASS_THROUGH = frozenset({
+PASS_THROUGH = frozenset({
     "view", "view_copy", "reshape", "_unsafe_view", "flatten", "permute", "permute_copy",
     "transpose", "t", "squeeze", "squeeze_copy", "unsqueeze", "unsqueeze_copy", "clone",
     "_clone_dim_order", "contiguous", "getitem", "expand", "expand_copy",
@@ -107,7 +107,7 @@ def _dequantized_scale(node: torch.fx.Node, depth: int) -> float | None:
         scale = node.args[1] if len(node.args) > 1 else node.kwargs.get("scale")
         return float(scale) if isinstance(scale, int | float) else None
     parts = op_name(node).split(".")  # aten.view_copy.default, getitem
-    if parts[1 if len(parts) > 2 else -1] not in _PASS_THROUGH:
+    if parts[1 if len(parts) > 2 else -1] not in PASS_THROUGH:
         return None
     found = [
         scale

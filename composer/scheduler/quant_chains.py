@@ -1,0 +1,109 @@
+"""A quantized op goes to a backend together with the quantize/dequantize chains that feed it.
+
+A quantized graph computes each quantized op from dequantized values: ``dequantize(weight)``
+(through a ``permute`` for a linear) and ``dequantize(quantize(x))``, where a dynamically
+quantized activation also has its ``choose_qparams``. A backend's integer kernel takes the op
+with those chains (XNNPACK's partitioner groups them, pytorch/executorch#12845); split from its
+op, a chain either runs on portable kernels, which have none for quantize/dequantize ("Missing
+out variants" in ``to_executorch``), or hands the op's backend a float weight it cannot treat
+as a constant. So, after each node's own support is asked:
+
+- an op is taken only where every node of the chains feeding it is taken too: OpenVINO takes
+  a dynamically quantized ``addmm`` and its weight's dequantize but not ``choose_qparams``, so
+  the ``addmm`` goes on down the stack, to XNNPACK, which takes it with its chains;
+- a weight's chain (its inputs are constants only) is taken only where every op it feeds is.
+
+Chains that leave a quantized op (its output's ``quantize``, the ``dequantize`` after it) stay
+where their own support put them: a delegate may output a dequantized float tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+import torch.fx
+
+from composer.contract.op_names import op_name
+from composer.scheduler.plans import QUANTIZED_OPS
+from composer.scheduler.quantized import PASS_THROUGH
+
+
+def chains_kept_with_their_ops(
+    graph: torch.fx.Graph,
+    taken: set[torch.fx.Node],
+    constants: Collection[torch.fx.Node],
+    name_of: Callable[[torch.fx.Node], str] = op_name,
+) -> dict[torch.fx.Node, str]:
+    """Remove from ``taken`` (what a backend's support takes) the ops whose chains it does not
+    all take and the weight chains whose ops it does not all take; returns why each went."""
+    member: dict[torch.fx.Node, bool] = {}
+
+    def in_chain(node: torch.fx.Node) -> bool:
+        if node not in member:
+            member[node] = node.op == "call_function" and (
+                name_of(node).startswith(QUANTIZED_OPS)
+                or (_short(name_of(node)) in PASS_THROUGH and any(map(in_chain, node.all_input_nodes)))
+            )  # fmt: skip
+        return member[node]
+
+    weight: dict[torch.fx.Node, bool] = {}
+
+    def is_weight(node: torch.fx.Node) -> bool:  # a chain member computed from constants only
+        if node not in weight:
+            weight[node] = all(
+                arg in constants or (in_chain(arg) and is_weight(arg))
+                for arg in node.all_input_nodes
+            )
+        return weight[node]
+
+    chains: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in graph.nodes:
+        if node.op == "call_function" and not in_chain(node):
+            chain = _upstream(node, in_chain)
+            if chain:
+                chains[node] = chain
+    ops_of_weight: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for op, chain in chains.items():
+        for node in chain:
+            if is_weight(node):
+                ops_of_weight.setdefault(node, []).append(op)
+
+    dropped: dict[torch.fx.Node, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for op, chain in chains.items():
+            missing = next((n for n in chain if n not in taken), None)
+            if op in taken and missing is not None:
+                taken.discard(op)
+                dropped[op] = (
+                    f"the quantization chain feeding it goes elsewhere ({missing.name}, "
+                    f"{name_of(missing)}, is not taken with it)"
+                )
+                changed = True
+        for node, ops in ops_of_weight.items():
+            elsewhere = next((op for op in ops if op not in taken), None)
+            if node in taken and elsewhere is not None:
+                taken.discard(node)
+                dropped[node] = f"a quantized weight's chain goes with {elsewhere.name}, not taken"
+                changed = True
+    return dropped
+
+
+def _upstream(node: torch.fx.Node, in_chain) -> list[torch.fx.Node]:
+    """The chain members ``node`` reads, directly or through other chain members."""
+    found: list[torch.fx.Node] = []
+    todo = [arg for arg in node.all_input_nodes if in_chain(arg)]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.append(current)
+        todo.extend(arg for arg in current.all_input_nodes if in_chain(arg))
+    return found
+
+
+def _short(name: str) -> str:
+    """``view_copy`` of ``aten.view_copy.default``; ``getitem`` as it is."""
+    parts = name.split(".")
+    return parts[1 if len(parts) > 2 else -1]
