@@ -203,3 +203,20 @@ def test_planning_with_cuda_says_nothing_of_ops_executorch_would_not_keep_whole(
     assert plan.nodes_on("cuda")
     said = [r.getMessage() for r in caplog.records]
     assert not [line for line in said if "requested for preservation" in line]
+
+
+@pytest.mark.parametrize("plugin", ["cuda", "metal"])
+def test_ops_of_sizes_are_not_kept_whole(plugin):
+    # On the GPU an export_llama decoder with a dynamic token dimension stopped with
+    # "KeptWholeButLeft: no backend takes sym_size": a sym_size the CUDA partition did not take
+    # was listed as kept whole, which ExecuTorch refuses undelegated; it never decomposes.
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    model = nn.TransformerEncoder(layer, 2).eval()
+    seq = torch.export.Dim("seq", min=2, max=128)
+    program = torch.export.export(model, (torch.randn(1, 10, 32),), dynamic_shapes=({1: seq},))
+    assert any(n.target == torch.ops.aten.sym_size.int for n in program.graph.nodes)
+    registry = default_registry()
+    backend = registry.backends[plugin]
+    kept = registry.call("composer_ops_to_not_decompose", backend, program=program, options={})
+    assert torch.ops.aten.linear.default in kept
+    assert torch.ops.aten.sym_size.int not in kept

@@ -263,10 +263,17 @@ class AotiPlugin:
         # let aliases of one core op decompose: conv2d is convolution to Inductor either way,
         # but whole, no backend before this one in a stack could take it (XNNPACK takes
         # aten.convolution only, so [xnnpack, cuda] gave every convolution to cuda).
+        # Ops of sizes (sym_size, _assert_scalar on a dynamic program) have no decomposition
+        # to keep them from: listed, an undelegated one would fail ExecuTorch's check that
+        # every op kept whole was delegated.
         support = AotiOperatorSupport(self, self.checked_options(options))
         keep: dict[torch._ops.OpOverload, bool] = {}
         for node in program.graph.nodes:
-            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            if (
+                node.op == "call_function"
+                and isinstance(node.target, torch._ops.OpOverload)
+                and _computes_tensors(node)
+            ):
                 ok = support.reason_unsupported(node) is None and not is_core_alias(node)
                 keep[node.target] = keep.get(node.target, True) and ok
         return [op for op, ok in keep.items() if ok]
@@ -279,6 +286,12 @@ class AotiPlugin:
         specs = self.base_compile_specs(method_name, checked)
         specs.extend(CompileSpec(name, value.encode()) for name, value in sorted(checked.items()))
         return specs
+
+
+def _computes_tensors(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    values = value if isinstance(value, list | tuple) else [value]
+    return any(isinstance(v, torch.Tensor) for v in values)
 
 
 @functools.cache
