@@ -30,8 +30,10 @@ def test_quantized_resnet18_composes_whole_on_xnnpack_and_runs(quantized_resnet1
     verification = composition.verify()
     assert verification.ok and verification.max_abs_error <= plan.quantization.atol
     if stack.startswith("openvino"):
-        (repair,) = plan.repairs
-        assert repair["why"].startswith("failed to lower: OpConversionFailure")
+        # OpenVINO's partitions fail (its frontend cannot convert XNNPACK's int8 graph) and
+        # move, each with its quantization groups, until XNNPACK has them all.
+        assert plan.repairs and all(r["backend"] == "openvino" for r in plan.repairs)
+        assert plan.repairs[0]["why"].startswith("failed to lower: OpConversionFailure")
         assert "compiled with: openvino" not in plan.summary_table()
 
 
@@ -66,4 +68,4 @@ def test_a_dynamically_quantized_linear_goes_with_its_chains_past_a_backend_that
     assert plan.ops_on("openvino") == {"aten.relu.default": 2}
     xnnpack = plan.ops_on("xnnpack")
     assert xnnpack["quantized_decomposed.choose_qparams.tensor"] == 3
-    assert xnnpack["aten.addmm.default"] == 3
+    assert xnnpack["aten.linear.default"] == 3  # kept whole: XNNPACK's quantized linear

@@ -26,9 +26,14 @@ class Tolerance:
     # atol grows to this fraction of the largest |eager output|, for errors that scale with
     # the values themselves (activations quantized at run time, whose scales follow them)
     of_largest: float = attrs.field(default=0.0, converter=float, validator=attrs.validators.ge(0))
+    # integer outputs (a delegate handing on int8 values) may differ by this many steps: an
+    # integer kernel rounds where the q/dq simulation computes in float
+    steps: int = attrs.field(default=0, converter=int, validator=attrs.validators.ge(0))
 
     def to_dict(self) -> dict[str, object]:
         extra = {"of_largest": self.of_largest} if self.of_largest else {}
+        if self.steps:
+            extra["steps"] = self.steps
         return {"atol": self.atol, "rtol": self.rtol, "reason": self.reason, **extra}
 
     @classmethod
@@ -42,6 +47,7 @@ class Tolerance:
             max(t.rtol for t in declared.values()),
             reasons,
             max(t.of_largest for t in declared.values()),
+            max(t.steps for t in declared.values()),
         )
 
 

@@ -36,6 +36,8 @@ def compare(actual, expected, tolerance: Tolerance | None = None) -> tuple[bool,
             return False, float("inf")
         got = got.to(want.dtype)
         atol, rtol = default_tolerance(want.dtype)
+        if tolerance is not None and not want.dtype.is_floating_point:
+            atol = max(atol, tolerance.steps)
         if tolerance is not None and want.dtype.is_floating_point:
             atol, rtol = max(atol, tolerance.atol), max(rtol, tolerance.rtol)
             if tolerance.of_largest and want.numel():

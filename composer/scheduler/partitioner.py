@@ -28,7 +28,7 @@ from composer.scheduler.guards import (
 from composer.scheduler.kept_whole import KeptWholeButLeft, kept_whole_but_left
 from composer.scheduler.origins import origin_name
 from composer.scheduler.pieces import PieceProbes, decomposable
-from composer.scheduler.quant_chains import chains_kept_with_their_ops
+from composer.scheduler.quant_chains import chains_kept_with_their_ops, reads_quantized_values
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
 from composer.scheduler.support import Support, evaluate_support, native_partitioner, plugin_label
 from composer.scheduler.validate import check_lowerable
@@ -212,6 +212,10 @@ class ComposerPartitioner(Partitioner):
             return op in pins or any(pin.startswith(edge_name) for pin in pins)
 
         if pinned(op_name(node)):
+            return False
+        if reads_quantized_values(node):
+            # A quantized op's pieces lose its quantization chains to the backend that takes
+            # the op whole (chains_kept_with_their_ops), so no backend would take them.
             return False
         if self._pieces is None:
             self._pieces = PieceProbes(lambda probe: self.support(probe, set()),

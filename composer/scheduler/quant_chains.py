@@ -11,10 +11,13 @@ as a constant. So, after each node's own support is asked:
 - an op is taken only where every node of the chains feeding it is taken too: OpenVINO takes
   a dynamically quantized ``addmm`` and its weight's dequantize but not ``choose_qparams``, so
   the ``addmm`` goes on down the stack, to XNNPACK, which takes it with its chains;
-- a weight's chain (its inputs are constants only) is taken only where every op it feeds is.
+- an op with a quantized weight (linear, convolution: what integer kernels match) takes its
+  chains along: each is taken only where every such op it feeds is (OpenVINO takes the
+  quantize and dequantize before ResNet-18's final linear, not the linear, which XNNPACK then
+  would not take without them).
 
-Chains that leave a quantized op (its output's ``quantize``, the ``dequantize`` after it) stay
-where their own support put them: a delegate may output a dequantized float tensor.
+Chains feeding only ops without a quantized weight (an ``add`` after a quantized convolution)
+stay where their own support put them: a delegate may output a dequantized float tensor.
 """
 
 from __future__ import annotations
@@ -62,11 +65,14 @@ def chains_kept_with_their_ops(
             chain = _upstream(node, in_chain)
             if chain:
                 chains[node] = chain
-    ops_of_weight: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    # An op with a quantized weight (a linear, a convolution) is what integer kernels match,
+    # with every chain feeding it: its chains go only where it goes.
+    # Its output's quantize too: XNNPACK's static quantized linear is matched with it.
+    groups: dict[torch.fx.Node, list[torch.fx.Node]] = {}
     for op, chain in chains.items():
-        for node in chain:
-            if is_weight(node):
-                ops_of_weight.setdefault(node, []).append(op)
+        if any(map(is_weight, chain)):
+            for node in [*chain, *(u for u in op.users if _quantizes(u, name_of))]:
+                groups.setdefault(node, []).append(op)
 
     dropped: dict[torch.fx.Node, str] = {}
     changed = True
@@ -81,13 +87,33 @@ def chains_kept_with_their_ops(
                     f"{name_of(missing)}, is not taken with it)"
                 )
                 changed = True
-        for node, ops in ops_of_weight.items():
+        for node, ops in groups.items():
             elsewhere = next((op for op in ops if op not in taken), None)
             if node in taken and elsewhere is not None:
                 taken.discard(node)
-                dropped[node] = f"a quantized weight's chain goes with {elsewhere.name}, not taken"
+                dropped[node] = (
+                    f"in the quantization group of {elsewhere.name}, which is not taken: it "
+                    "goes with it"
+                )
                 changed = True
     return dropped
+
+
+def reads_quantized_values(node: torch.fx.Node, name_of=op_name) -> bool:
+    """Whether ``node`` computes from a dequantize (directly or through views): a quantized op,
+    which backends match whole (XNNPACK's dynamically quantized linear is a ``linear`` or an
+    ``addmm`` reading the chains, not the ``view``/``mm`` pieces of a 3-D linear)."""
+
+    def in_chain(value: torch.fx.Node, depth: int = 4) -> bool:
+        if value.op != "call_function" or depth < 0:
+            return False
+        name = name_of(value)
+        return name.startswith(QUANTIZED_OPS) or (
+            _short(name) in PASS_THROUGH
+            and any(in_chain(arg, depth - 1) for arg in value.all_input_nodes)
+        )
+
+    return any(in_chain(arg) for arg in node.all_input_nodes)
 
 
 def _upstream(node: torch.fx.Node, in_chain) -> list[torch.fx.Node]:
@@ -101,6 +127,11 @@ def _upstream(node: torch.fx.Node, in_chain) -> list[torch.fx.Node]:
         found.append(current)
         todo.extend(arg for arg in current.all_input_nodes if in_chain(arg))
     return found
+
+
+def _quantizes(node: torch.fx.Node, name_of) -> bool:
+    name = name_of(node) if node.op == "call_function" else ""
+    return name.startswith(QUANTIZED_OPS) and ".quantize_per" in name
 
 
 def _short(name: str) -> str:

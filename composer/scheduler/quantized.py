@@ -53,6 +53,7 @@ DYNAMIC = Tolerance(
     f"activations quantized at run time (int8 per token): {DYNAMIC_STEPS} int8 steps of the "
     "largest output",
     of_largest=DYNAMIC_STEPS / 127,
+    steps=STEPS,
 )
 
 
@@ -64,6 +65,7 @@ FLOAT_OUTPUTS = Tolerance(
     0.0,
     f"outputs computed from int8 values: {STEPS} int8 steps of the largest output",
     of_largest=STEPS / 127,
+    steps=STEPS,
 )
 
 
@@ -97,6 +99,7 @@ def output_tolerance(program: ExportedProgram) -> Tolerance | None:
         f"{STEPS} steps of the output's scale {scale:.3g}, or {LARGEST:.0%} of the largest "
         "output where that is more: integer kernels against the q/dq simulation",
         of_largest=LARGEST,
+        steps=STEPS,
     )
 
 
