@@ -66,35 +66,31 @@ def chains_kept_with_their_ops(
             if chain:
                 chains[node] = chain
     # An op with a quantized weight (a linear, a convolution) is what integer kernels match,
-    # with every chain feeding it: its chains go only where it goes.
-    # Its output's quantize too: XNNPACK's static quantized linear is matched with it.
+    # with every chain feeding it and its output's quantize (XNNPACK's static quantized linear
+    # is matched with it): those go only where it goes.
     groups: dict[torch.fx.Node, list[torch.fx.Node]] = {}
     for op, chain in chains.items():
         if any(map(is_weight, chain)):
             for node in [*chain, *(u for u in op.users if _quantizes(u, name_of))]:
                 groups.setdefault(node, []).append(op)
 
+    # Each node is taken only where every node it needs is.
+    needs = [
+        (op, chain, "the quantization chain feeding it goes elsewhere ({} is not taken with it)")
+        for op, chain in chains.items()
+    ] + [
+        (node, ops, "it is in the quantization group of {}, which goes elsewhere")
+        for node, ops in groups.items()
+    ]
     dropped: dict[torch.fx.Node, str] = {}
     changed = True
     while changed:
         changed = False
-        for op, chain in chains.items():
-            missing = next((n for n in chain if n not in taken), None)
-            if op in taken and missing is not None:
-                taken.discard(op)
-                dropped[op] = (
-                    f"the quantization chain feeding it goes elsewhere ({missing.name}, "
-                    f"{name_of(missing)}, is not taken with it)"
-                )
-                changed = True
-        for node, ops in groups.items():
-            elsewhere = next((op for op in ops if op not in taken), None)
-            if node in taken and elsewhere is not None:
+        for node, needed, why in needs:
+            missing = next((n for n in needed if n not in taken), None)
+            if node in taken and missing is not None:
                 taken.discard(node)
-                dropped[node] = (
-                    f"in the quantization group of {elsewhere.name}, which is not taken: it "
-                    "goes with it"
-                )
+                dropped[node] = why.format(f"{missing.name}, {name_of(missing)}")
                 changed = True
     return dropped
 
