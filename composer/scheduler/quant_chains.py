@@ -28,7 +28,7 @@ import torch.fx
 
 from composer.contract.op_names import op_name
 from composer.scheduler.plans import QUANTIZED_OPS
-from composer.scheduler.quantized import PASS_THROUGH
+from composer.scheduler.quantized import PASS_THROUGH, short_op_name
 
 
 def chains_kept_with_their_ops(
@@ -39,15 +39,7 @@ def chains_kept_with_their_ops(
 ) -> dict[torch.fx.Node, str]:
     """Remove from ``taken`` (what a backend's support takes) the ops whose chains it does not
     all take and the weight chains whose ops it does not all take; returns why each went."""
-    member: dict[torch.fx.Node, bool] = {}
-
-    def in_chain(node: torch.fx.Node) -> bool:
-        if node not in member:
-            member[node] = node.op == "call_function" and (
-                name_of(node).startswith(QUANTIZED_OPS)
-                or (_short(name_of(node)) in PASS_THROUGH and any(map(in_chain, node.all_input_nodes)))
-            )  # fmt: skip
-        return member[node]
+    in_chain = _ChainMembers(name_of)
 
     weight: dict[torch.fx.Node, bool] = {}
 
@@ -99,17 +91,25 @@ def reads_quantized_values(node: torch.fx.Node, name_of=op_name) -> bool:
     """Whether ``node`` computes from a dequantize (directly or through views): a quantized op,
     which backends match whole (XNNPACK's dynamically quantized linear is a ``linear`` or an
     ``addmm`` reading the chains, not the ``view``/``mm`` pieces of a 3-D linear)."""
+    return any(map(_ChainMembers(name_of), node.all_input_nodes))
 
-    def in_chain(value: torch.fx.Node, depth: int = 4) -> bool:
-        if value.op != "call_function" or depth < 0:
-            return False
-        name = name_of(value)
-        return name.startswith(QUANTIZED_OPS) or (
-            _short(name) in PASS_THROUGH
-            and any(in_chain(arg, depth - 1) for arg in value.all_input_nodes)
-        )
 
-    return any(in_chain(arg) for arg in node.all_input_nodes)
+class _ChainMembers:
+    """Whether a node is quantization plumbing: a quantize, dequantize or choose_qparams op, or
+    a view (or getitem) of one. Answers are kept: a graph asks about each node many times."""
+
+    def __init__(self, name_of: Callable[[torch.fx.Node], str]) -> None:
+        self.name_of = name_of
+        self.known: dict[torch.fx.Node, bool] = {}
+
+    def __call__(self, node: torch.fx.Node) -> bool:
+        if node not in self.known:
+            name = self.name_of(node) if node.op == "call_function" else ""
+            self.known[node] = bool(name) and (
+                name.startswith(QUANTIZED_OPS)
+                or (short_op_name(name) in PASS_THROUGH and any(map(self, node.all_input_nodes)))
+            )
+        return self.known[node]
 
 
 def _upstream(node: torch.fx.Node, in_chain) -> list[torch.fx.Node]:
@@ -128,9 +128,3 @@ def _upstream(node: torch.fx.Node, in_chain) -> list[torch.fx.Node]:
 def _quantizes(node: torch.fx.Node, name_of) -> bool:
     name = name_of(node) if node.op == "call_function" else ""
     return name.startswith(QUANTIZED_OPS) and ".quantize_per" in name
-
-
-def _short(name: str) -> str:
-    """``view_copy`` of ``aten.view_copy.default``; ``getitem`` as it is."""
-    parts = name.split(".")
-    return parts[1 if len(parts) > 2 else -1]

@@ -109,8 +109,7 @@ def _dequantized_scale(node: torch.fx.Node, depth: int) -> float | None:
     if op_name(node).startswith(_DEQUANTIZE):
         scale = node.args[1] if len(node.args) > 1 else node.kwargs.get("scale")
         return float(scale) if isinstance(scale, int | float) else None
-    parts = op_name(node).split(".")  # aten.view_copy.default, getitem
-    if parts[1 if len(parts) > 2 else -1] not in PASS_THROUGH:
+    if short_op_name(op_name(node)) not in PASS_THROUGH:
         return None
     found = [
         scale
@@ -119,3 +118,9 @@ def _dequantized_scale(node: torch.fx.Node, depth: int) -> float | None:
         if scale is not None
     ]
     return max(found) if found else None
+
+
+def short_op_name(name: str) -> str:
+    """``view_copy`` of ``aten.view_copy.default``; ``getitem`` as it is."""
+    parts = name.split(".")
+    return parts[1 if len(parts) > 2 else -1]
