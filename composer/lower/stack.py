@@ -207,13 +207,12 @@ def _lowering_error(
     message = f"{who} failed to lower: {raiser} raised {happened}"
     if not handed:
         return PluginError(message)
-    owner = {name: index for index, partition in enumerate(handed) for name, _ in partition}
-    if raised is not None and raised.nodes.keys() <= owner.keys():
+    everything = {name: name for partition in handed for name, _ in partition}
+    if raised is not None and raised.nodes.keys() <= everything.keys():
         # What composer handed the compiler when it raised.
         return PreprocessFailed(message, current.backend.name, tuple(raised.nodes), raised.nodes)
     # ExecuTorch's own lowering raised, around the compiler: every partition handed over
     # moves, and the repaired program is proven again (the plan's repairs say so).
-    everything = {name: name for partition in handed for name, _ in partition}
     return PreprocessFailed(
         f"{message} (in one of its {len(handed)} partition(s), not known which: all move)",
         current.backend.name,
