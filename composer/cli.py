@@ -177,18 +177,10 @@ def _lower_methods(args, stack, forward, progress, output: Path, report: Path | 
 
 
 def _calibration(inputs, batches: int) -> list[tuple]:
-    """``batches`` random batches shaped like the example inputs (integer inputs, token ids,
-    kept as they are): what the command line has to calibrate with."""
-    import torch
+    """What the command line has to calibrate with: random batches like the example inputs."""
+    from composer.run.inputs import calibration_batches
 
-    generator = torch.Generator().manual_seed(0)
-
-    def like(value):
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return torch.randn(value.shape, generator=generator, dtype=value.dtype)
-        return value
-
-    return [tuple(like(value) for value in inputs) for _ in range(batches)]
+    return calibration_batches(inputs, batches)
 
 
 def _print_stack_latencies(composition, model, inputs, stack, runs: int) -> None:

@@ -464,19 +464,13 @@ def quantized(
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    from composer.run.inputs import calibration_batches  # sympy: not at the corpus's import
+
     model, inputs = load(name, seed)
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
     )
     prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(calibration):
-        prepared(*(_like(x, generator) for x in inputs))
+    for batch in calibration_batches(inputs, calibration, seed):
+        prepared(*batch)
     return torch.export.export(convert_pt2e(prepared), inputs)
-
-
-def _like(value: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A random calibration input shaped like ``value``; token ids stay the example's."""
-    if not value.is_floating_point():
-        return value
-    return torch.randn(value.shape, generator=generator, dtype=value.dtype)

@@ -93,6 +93,19 @@ def _resized(example: tuple, dims, values: Mapping[str, int]) -> tuple:
     return tuple(pytree.tree_unflatten(leaves, spec))
 
 
+def calibration_batches(inputs: Sequence[Any], batches: int, seed: int = 0) -> list[tuple]:
+    """``batches`` random batches shaped like ``inputs``, to calibrate a quantizer with:
+    floating tensors drawn anew, anything else (token ids) kept as it is."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def like(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            return torch.randn(value.shape, generator=generator, dtype=value.dtype)
+        return value
+
+    return [tuple(like(value) for value in inputs) for _ in range(batches)]
+
+
 def _like(tensor: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
     if tensor.dtype.is_floating_point:
         return torch.randn(shape, generator=generator).to(tensor.dtype)
