@@ -32,7 +32,6 @@ class CompilerRaised(Exception):
     raised and wherever, not from the traceback: a repair moves exactly those partitions."""
 
     def __init__(self, backend_class: type, nodes: Mapping[str, str], error: BaseException):
-        self.backend_class = backend_class
         self.nodes = dict(nodes)
         self.error = error
         super().__init__(
