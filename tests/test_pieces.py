@@ -8,6 +8,7 @@ from eager_check import assert_runs_like_eager
 
 import composer
 from composer.contract.op_names import op_name
+from composer.scheduler import pieces as pieces_module
 from composer.scheduler.pieces import PieceProbes
 from composer.scheduler.support import Support
 
@@ -134,6 +135,22 @@ def test_the_probe_offers_the_op_whole_then_its_pieces_and_asks_once_per_signatu
     # What a 3-D linear is in the edge dialect: kept whole, then views around a 2-D addmm
     # with the weight permuted.
     assert asked.asked == [{"aten.linear.default"}, pieces]
+
+
+def test_every_backend_asks_about_the_same_probe_programs_built_once(monkeypatch):
+    # The probe's programs depend on the op, not on the backend: another backend, or the
+    # next candidate measured placement composes, asks about copies of the ones built first.
+    built = []
+    edge_programs = pieces_module._Probe.edge_programs
+    monkeypatch.setattr(pieces_module._Probe, "edge_programs",
+                        lambda probe, keep: built.append(probe) or edge_programs(probe, keep))  # fmt: skip
+    node, program = _linear_node()
+    pieces = {"aten.permute_copy.default", "aten.view_copy.default", "aten.addmm.default"}
+    first, second = _Asked(pieces), _Asked(pieces - {"aten.addmm.default"})
+    assert PieceProbes(first).prefers_pieces(node, program)
+    assert not PieceProbes(second).prefers_pieces(node, program)
+    assert len(built) <= 1  # none where an earlier test probed a 3-D float linear
+    assert first.asked == second.asked == [{"aten.linear.default"}, pieces]
 
 
 def test_a_backend_taking_the_op_whole_keeps_it_whole():
