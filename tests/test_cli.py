@@ -207,10 +207,22 @@ def composer_command(cwd, *argv):
 
 
 def test_upstream_noise_stays_off_the_terminal_unless_debug(tmp_path):
-    # llama_decoder updates its KV cache in place: ExecuTorch warns about buffer mutation;
-    # torch and torchao log at import. None of it is the user's business. Lowered each time:
-    # a program from the cache makes no noise to hide.
-    argv = ["lower", "zoo:llama_decoder", "--backends", "xnnpack", "-o", "m.pte", "--quiet",
+    # A model updating a buffer in place (a KV cache, a running count): ExecuTorch warns
+    # about buffer mutation; torch and torchao log at import. None of it is the user's
+    # business. Lowered each time: a program from the cache makes no noise to hide.
+    (tmp_path / "counting.py").write_text(
+        "import torch\n\n"
+        "class Counting(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('seen', torch.zeros(4))\n\n"
+        "    def forward(self, x):\n"
+        "        self.seen.add_(x)\n"
+        "        return torch.relu(x) * 2\n\n"
+        "def model():\n"
+        "    return Counting(), (torch.randn(4),)\n"
+    )
+    argv = ["lower", "counting:model", "--backends", "xnnpack", "-o", "m.pte", "--quiet",
             "--no-cache"]  # fmt: skip
     done = composer_command(tmp_path, *argv)
     assert done.returncode == 0, done.stderr
