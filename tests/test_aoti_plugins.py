@@ -220,3 +220,26 @@ def test_ops_of_sizes_are_not_kept_whole(plugin):
     kept = registry.call("composer_ops_to_not_decompose", backend, program=program, options={})
     assert torch.ops.aten.linear.default in kept
     assert torch.ops.aten.sym_size.int not in kept
+
+
+@pytest.mark.parametrize("stack", [["cuda"], ["xnnpack", "cuda"]], ids=",".join)
+def test_a_kv_cache_stays_in_the_cuda_delegate_that_reads_and_writes_it(stack):
+    # As CudaPartitioner places them (tag_mutated_buffer): on the device between tokens, not
+    # handed in and out of the delegate on every call.
+    model, inputs = zoo.load("llama_decoder")
+    plan = composer.plan(model, stack, inputs)
+    caches = {f"layers.{i}.attention.{kv}_cache" for i in range(2) for kv in "kv"}
+    owners = {cache: p for p in plan.partitions for cache in p.state}
+    assert set(owners) == caches
+    # index_copy_ writes them; the partition that owns one holds its writer
+    assert all(p.backend == "cuda" and "aten.index_copy.default" in p.ops for p in owners.values())
+    assert f"state kept in {owners['layers.0.attention.k_cache'].id}: " in plan.summary_table()
+    if stack == ["cuda"]:  # the tokens, their positions, the logits
+        assert plan.crossings == 3
+
+
+def test_a_backend_that_keeps_no_state_leaves_the_caches_outside():
+    model, inputs = zoo.load("llama_decoder")
+    plan = composer.plan(model, "xnnpack", inputs)
+    assert not any(p.state for p in plan.partitions)
+    assert "state kept" not in plan.summary_table()

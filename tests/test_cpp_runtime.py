@@ -46,15 +46,18 @@ ET_RUNNER = os.environ.get(cpp_runtime.RUNNER_VARIABLE)
     reason="needs a CUDA GPU and ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), "
     "named by $COMPOSER_ET_RUNNER",
 )
-def test_a_kv_cache_carries_across_calls_of_one_program_in_executorchs_runtime(tmp_path):
+@pytest.mark.parametrize("stack", [["xnnpack", "cuda"], ["cuda"]], ids=",".join)
+def test_a_kv_cache_carries_across_calls_of_one_program_in_executorchs_runtime(tmp_path, stack):
     import composer
     from composer import zoo
 
     # llama_decoder writes its KV cache in place (index_copy_): a decoding loop of 3 steps, 4 new
-    # tokens each, in one loaded program, against eager stepping from a fresh model.
+    # tokens each, in one loaded program, against eager stepping from a fresh model. The CUDA
+    # delegates own the caches (BackendSpec.keeps_state): the runtime keeps them between calls.
     model, inputs = zoo.load("llama_decoder")
-    composition = composer.compose(model, ["xnnpack", "cuda"], inputs)
+    composition = composer.compose(model, stack, inputs)
     assert "CudaBackend" in composition.delegate_backend_ids()
+    assert sum(len(p.state) for p in composition.plan.partitions_of("cuda")) == 4
     pte = composition.save(tmp_path / "m.pte")
     steps = [
         (torch.randint(0, 64, (1, 4), generator=torch.Generator().manual_seed(step)),
@@ -70,7 +73,7 @@ def test_a_kv_cache_carries_across_calls_of_one_program_in_executorchs_runtime(t
     )
     errors = [(got[0] - want).abs().max().item()
               for got, want in zip(report["step_outputs"], expected, strict=True)]  # fmt: skip
-    print(f"{cpp_runtime.EXECUTOR}, llama_decoder [xnnpack, cuda], steps vs eager: {errors}")
+    print(f"{cpp_runtime.EXECUTOR}, llama_decoder {stack}, steps vs eager: {errors}")
     assert max(errors) < 1e-4
     # A program that dropped its cache between calls would be far off from the second step on.
     assert min((a - b).abs().max().item() for a, b in zip(fresh[1:], expected[1:])) > 1e-2

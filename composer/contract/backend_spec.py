@@ -61,6 +61,11 @@ class BackendSpec:
     the default for the output's dtype). ``library`` names the library and version that
     compile its delegates (``"openvino 2025.4.1"``); composer records it in the plan, the
     report and the program, so a runtime with another version can say so.
+    ``keeps_state``: its delegates can own a buffer the program updates in place (an LLM's KV
+    cache), as ExecuTorch's AOTInductor backends do: a mutated buffer that only one of its
+    partitions reads and writes goes into that delegate and stays on its device between
+    calls, as the backend's own partitioner (``tag_mutated_buffer``) would place it. Off: such
+    buffers stay outside every delegate, handed in and out on each call.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
@@ -74,3 +79,4 @@ class BackendSpec:
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Tolerance))
     )
     library: str = ""
+    keeps_state: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))

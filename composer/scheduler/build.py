@@ -68,6 +68,7 @@ def build_plan(
     for record in records:
         name = record.backend.name
         for index, members in enumerate(record.partitions):
+            state = record.state[index] if index < len(record.state) else []
             real = [(node, op) for node, op in members if op != "getitem"]
             for node, op in real:
                 node_backends[node] = name
@@ -80,6 +81,7 @@ def build_plan(
                     device=record.backend.spec.device,
                     nodes=tuple(node for node, _ in real),
                     ops=tuple(op for _, op in real),
+                    state=tuple(state),
                 )
             )
     guarded = foreign_delegate_nodes(graph_module.graph)

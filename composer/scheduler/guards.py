@@ -50,6 +50,32 @@ def mutated_buffer_placeholders(program: ExportedProgram) -> set[torch.fx.Node]:
     }
 
 
+def tag_state(program: ExportedProgram, tags: set[str]) -> dict[str, list[str]]:
+    """Give each mutated buffer read and written only inside one partition of ``tags`` that
+    partition's tag: its delegate then owns the buffer (``BackendSpec.keeps_state``). Returns
+    the buffers so placed, by tag.
+
+    Stricter than ExecuTorch's ``tag_mutated_buffer``, which follows the readers alone: the
+    value written back must come from the same partition, or the delegate would own a buffer
+    the rest of the program updates.
+    """
+    signature = program.graph_signature
+    written_by = {buffer: output for output, buffer in signature.buffers_to_mutate.items()}
+    nodes = {node.name: node for node in program.graph.nodes}
+    owned: dict[str, list[str]] = {}
+    for node in mutated_buffer_placeholders(program):
+        buffer = signature.inputs_to_buffers[node.name]
+        writer = nodes.get(written_by[buffer])
+        user_tags = {user.meta.get(TAG) for user in node.users}
+        if writer is None or len(user_tags) != 1:
+            continue
+        (tag,) = user_tags
+        if tag in tags and writer.meta.get(TAG) == tag:
+            node.meta[TAG] = tag
+            owned.setdefault(tag, []).append(buffer)
+    return owned
+
+
 def constant_nbytes(program: ExportedProgram, state_name: str) -> int:
     value = program.state_dict.get(state_name)
     if value is None:

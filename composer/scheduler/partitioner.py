@@ -24,6 +24,7 @@ from composer.scheduler.guards import (
     foreign_delegate_nodes,
     mutated_buffer_placeholders,
     tag_constants,
+    tag_state,
 )
 from composer.scheduler.kept_whole import KeptWholeButLeft, kept_whole_but_left
 from composer.scheduler.origins import origin_name
@@ -42,6 +43,8 @@ class PartitionRecord:
     partitions: list[list[tuple[str, str]]]  # per partition: (node name, op)
     declined: dict[str, str]  # node name -> reason
     duplicated_constant_bytes: int
+    # per partition: the mutated buffers its delegate owns (BackendSpec.keeps_state)
+    state: list[list[str]] = attrs.Factory(list)
 
 
 class Schedule(Protocol):
@@ -316,6 +319,7 @@ class ComposerPartitioner(Partitioner):
                 node.meta[TAG] = tag
             tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
         duplicated = tag_constants(exported_program, support.wanted_constants | bounded.constants)
+        owned = tag_state(exported_program, set(tags)) if self.backend.spec.keeps_state else {}
         check_lowerable(graph, f"backend {self.backend.name!r}")
         self._report(partitions, time.perf_counter() - started)
         if self.on_partition is not None:
@@ -325,6 +329,7 @@ class ComposerPartitioner(Partitioner):
                     [[(n.name, op_name(n)) for n in members] for members in partitions],
                     declined,
                     duplicated,
+                    [owned.get(f"{self.backend.name}_{index}", []) for index in range(len(tags))],
                 )
             )
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)

@@ -34,6 +34,8 @@ class Partition:
     device: str
     nodes: tuple[str, ...]
     ops: tuple[str, ...]
+    # Mutated buffers (a KV cache) the delegate owns and keeps between calls.
+    state: tuple[str, ...] = ()
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -53,6 +55,7 @@ class Partition:
             "nodes": list(self.nodes),
             "op_counts": self.op_counts,
             "quantized": self.quantized,
+            **({"state": list(self.state)} if self.state else {}),
         }
 
 
@@ -264,6 +267,9 @@ class Plan:
             )
         if self.dynamic_dims:
             lines.append(f"dynamic: {describe_dynamic_dims(self.dynamic_dims)}")
+        lines.extend(
+            f"state kept in {p.id}: {', '.join(p.state)}" for p in self.partitions if p.state
+        )
         if self.quantization is not None:
             q = self.quantization
             lines.append(f"tolerance quantized: atol {q.atol:g}, rtol {q.rtol:g} ({q.reason})")

@@ -27,6 +27,9 @@ class CudaPlugin(AotiPlugin):
         device="cuda",
         min_partition_size=1,
         description="ExecuTorch's CUDA backend (AOTInductor); needs a CUDA GPU to lower",
+        # AotiPartitioner tags mutated buffers into its delegate (tag_mutated_buffer): an
+        # LLM's KV caches stay on the device, not copied in and out every token.
+        keeps_state=True,
     )
     inductor_device = "cuda"
     options = (

@@ -17,6 +17,9 @@ class MetalPlugin(AotiPlugin):
         device="mps",
         min_partition_size=1,
         description="ExecuTorch's Metal backend (AOTInductor on MPS); lowers on macOS",
+        # AotiPartitioner tags mutated buffers into its delegate (tag_mutated_buffer): an
+        # LLM's KV caches stay on the device, not copied in and out every token.
+        keeps_state=True,
     )
     inductor_device = "mps"
 
