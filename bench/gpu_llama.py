@@ -507,7 +507,8 @@ def cmd_pytest(args) -> None:
     tree = Path(args.tree)
     log = WORK / "pytest_gpu.log"
     env = dict(os.environ)
-    command = [sys.executable, "-m", "pytest", "tests/test_gpu.py", "-m", "gpu", "-p",
+    command = [sys.executable, "-m", "pytest", "tests/test_gpu.py", "tests/test_cpp_runtime.py",
+               "-m", "gpu", "-p",
                "no:hydra_pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rA",
                "--durations=12"]  # fmt: skip
     start = time.perf_counter()
