@@ -15,12 +15,11 @@ Exports of the same seeded weights (``composer.llama.exported(TINY, *flags)``), 
   ``options={"cuda": {"triton_kernel_mode": "OFF"}}``; plain: ``CompileSpec("triton_kernel_mode",
   b"OFF")``).
 
-Workaround, bench-local (composer/llama.py is not changed here): ``composer.llama._initialize``
-seeds the parameters only; export_llama builds the model on the meta device and ``to_empty``s
-it, so its non-persistent buffers (``rope.freqs_cos/sin``, each attention's causal ``mask``) and
-the KV caches hold uninitialized memory, and the logits are garbage or NaN depending on it. This
-script wraps ``_initialize`` to also recompute them (RoPE tables from a fresh ``Rope``, ``tril``
-masks, zero caches), and records what the tables held before (``rope_tables_before_workaround``).
+The eager reference is the model export_llama prepared and exported (its KV caches, RoPE tables
+and masks made from the seeded checkpoint ``composer.llama.exported`` writes), captured by
+wrapping ``_prepare_for_llama_export``; until 2026-11-26 the script wrapped composer's
+``_initialize``, which since seeds a model without KV caches (eager then failed with "input_pos
+is unused when use_kv_cache is False").
 
 Subcommands (the first is the one device command; the others are what it runs):
 
@@ -123,46 +122,27 @@ def flags_of(variant: str) -> list[str]:
 _CAPTURED: list = []
 
 
-def _patch_initialize() -> None:
-    import torch
+def _capture_prepared() -> None:
+    from executorch.examples.models.llama import export_llama_lib as lib
 
-    import composer.llama as L
-
-    if getattr(L._initialize, "_gpu_llama", False):
+    if getattr(lib._prepare_for_llama_export, "_gpu_llama", False):
         return
-    original = L._initialize
+    original = lib._prepare_for_llama_export
 
-    def initialize_buffers_too(model, seed):
-        original(model, seed)
-        before = {}
-        with torch.no_grad():
-            rope = getattr(model, "rope", None)
-            if rope is not None:
-                fresh = type(rope)(rope.params)
-                for name in ("freqs_cos", "freqs_sin"):
-                    buffer = getattr(rope, name)
-                    before[f"rope.{name}"] = {
-                        "nonfinite": int((~torch.isfinite(buffer.float())).sum()),
-                        "absmax": float(buffer.float().abs().nan_to_num(0, 0, 0).max()),
-                    }
-                    buffer.copy_(getattr(fresh, name))
-            for name, buffer in model.named_buffers():
-                if name.endswith(("k_cache", "v_cache")):
-                    buffer.zero_()
-                elif name.endswith(".mask") and buffer.dtype == torch.bool and buffer.dim() == 2:
-                    buffer.copy_(torch.tril(torch.ones_like(buffer)))
-        model._gpu_llama_nonfinite_before = before
-        _CAPTURED.append(model)
+    def prepared(config):
+        manager = original(config)
+        _CAPTURED.append(manager.model)
+        return manager
 
-    initialize_buffers_too._gpu_llama = True
-    L._initialize = initialize_buffers_too
+    prepared._gpu_llama = True
+    lib._prepare_for_llama_export = prepared
 
 
 def export(variant: str):
     """(program, metadata, eager nn.Module, seconds) of one variant, buffers initialized."""
     import composer.llama as L
 
-    _patch_initialize()
+    _capture_prepared()
     start = time.perf_counter()
     program, metadata = L.exported(L.TINY, *flags_of(variant))
     seconds = time.perf_counter() - start
@@ -295,7 +275,7 @@ def cmd_lower(args) -> None:
         if kind == "export":
             if variant not in exported:
                 try:
-                    program, metadata, model, seconds = export(variant)
+                    program, metadata, _model, seconds = export(variant)
                     exported[variant] = (program, metadata)
                     emit({"kind": "export", "variant": variant, "flags": flags_of(variant),
                           "ok": True, "s": round(seconds, 1)})  # fmt: skip
@@ -311,11 +291,10 @@ def cmd_lower(args) -> None:
             continue
         if variant not in exported:
             try:
-                program, metadata, model, seconds = export(variant)
+                program, metadata, _model, seconds = export(variant)
                 exported[variant] = (program, metadata)
                 emit({"kind": "export", "variant": variant, "flags": flags_of(variant),
                       "ok": True, "s": round(seconds, 1), "metadata": metadata,
-                      "rope_tables_before_workaround": model._gpu_llama_nonfinite_before,
                       "dtypes": sorted({str(p.dtype) for p in program.state_dict.values()}),
                       "torch": torch.__version__})  # fmt: skip
             except Exception as error:  # noqa: BLE001
