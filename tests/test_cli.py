@@ -313,3 +313,16 @@ def test_plugin_warnings_print_as_one_composer_line(capsys, monkeypatch):
     assert line.startswith(
         "composer: warning: composer removed tags that TagEverything of plugin 'careless' put on"
     )
+
+
+def test_lower_quantize_writes_an_int8_program_that_ran(capsys, tmp_path):
+    out_path = tmp_path / "m.pte"
+    report = tmp_path / "plan.json"
+    code, out, err = run(capsys, "lower", "zoo:mlp", "--backends", "xnnpack", "--quantize", "2",
+                         "-o", str(out_path), "--report", str(report), "--no-cache")  # fmt: skip
+    assert code == 0, err
+    assert out_path.stat().st_size > 0
+    plan = json.loads(report.read_text())
+    assert plan["partitions"] and all(p["quantized"] for p in plan["partitions"])
+    assert "tolerance quantized: " in out
+    assert "proof: ran and matched eager" in out

@@ -44,6 +44,11 @@ def composed_and_proven(
     say = progress or (lambda line: None)
     failed: list[Culprit] = []
     current = stack
+    # The first program that ran and missed eager only by its delegates' errors adding up,
+    # with the repairs it had and the proof's words: kept where moving its worst delegate
+    # leaves no program at all (a quantized partition, which no backend after it and no
+    # portable kernel runs: DeiT-Tiny, dynamically quantized, xnnpack alone).
+    closest: tuple[Composition, int, str] | None = None
     while True:
         culprit = lowering_error = None
         try:
@@ -58,15 +63,23 @@ def composed_and_proven(
                 f"failed to lower: {first_line(error).partition('raised ')[2] or first_line(error)}",
                 error.origins,
             )
+        except ComposerError as error:
+            if closest is None:
+                raise
+            return _closest_kept(closest, failed, error)
         else:
             if not check:
                 return _finished(composition, failed, NOT_CHECKED)
             try:
                 proof = prove(composition)
             except ProgramFailed as error:
+                if error.culprit is None and closest is not None:
+                    return _closest_kept(closest, failed, error)
                 if error.culprit is None or stack.placement == "strict":
                     raise
                 culprit = error.culprit
+                if culprit.adds_up and closest is None:
+                    closest = (composition, len(failed), str(error))
             else:
                 return _finished(composition, failed, proof.describe())
         if stack.placement == "strict":  # a run-time failure under strict was raised above
@@ -78,10 +91,13 @@ def composed_and_proven(
             )  # fmt: skip
         pins = {node_pin(node) for node in culprit.nodes}
         if pins <= current.never.get(culprit.backend, frozenset()) or len(failed) >= MAX_REPAIRS:
-            raise ComposerError(
+            error = ComposerError(
                 f"{culprit.describe()}, and moving it again changed nothing; "
                 + "; ".join(c.describe() for c in failed)
             )
+            if closest is None:
+                raise error
+            return _closest_kept(closest, failed, error)
         failed.append(culprit)
         say(f"moving {culprit.describe()}: its {len(culprit.nodes)} node(s) leave "
             f"{culprit.backend}; composing again")  # fmt: skip
@@ -135,6 +151,28 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
     composition.plan = attrs.evolve(plan, proof=proof, repairs=repairs)
     _warn_of_portable_kernels(repairs, plan.backends)
     return composition
+
+
+def _closest_kept(
+    closest: tuple[Composition, int, str], failed: list[Culprit], error: ComposerError
+) -> Composition:
+    composition, repaired, missed = closest
+    tried = failed[repaired]
+    words = missed.removeprefix("the composed program ").split(";")[0]
+    proof = (
+        f"ran; {words}, with every delegate within tolerance of its own subgraph (their errors "
+        f"add up); moving {tried.partition}, the one erring most, left no program "
+        f"({first_line(error)}): kept as composed"
+    )
+    warnings.warn(
+        f"the program {words}, past the tolerance, though each delegate matches its own "
+        f"subgraph; no placement composer could try does better ({tried.partition} cannot "
+        "move), so it is kept, as plain ExecuTorch would write it: check its accuracy on real "
+        "data.",
+        ComposerWarning,
+        stacklevel=3,
+    )
+    return _finished(composition, failed[:repaired], proof)
 
 
 def _backends_by_origin(composition: Composition) -> dict[str, str]:

@@ -54,6 +54,9 @@ class Culprit:
     # node -> the exported program's node it descends from: a repaired program may decompose
     # the op differently (OpenVINO's permute + addmm, XNNPACK's whole linear), names change.
     origins: Mapping[str, str] = attrs.field(factory=dict)
+    # Every delegate matched its own subgraph; the program's errors added up past the
+    # tolerance. Moving this one is a try at a closer program, not a repair of a wrong one.
+    adds_up: bool = False
 
     def describe(self) -> str:
         return f"{self.partition} {self.why}"
@@ -190,11 +193,12 @@ def localize(
         )
     if mismatch and finder.worst is not None:
         error, lowered_name = finder.worst
-        return culprit(
+        found = culprit(
             lowered_name,
             f"errs most of the delegates (max error {error:.3g} against its own subgraph, "
             "within tolerance; the program's errors add up past it)",
         )
+        return None if found is None else attrs.evolve(found, adds_up=True)
     return None
 
 
