@@ -19,7 +19,7 @@ from composer.contract.errors import ComposerError
 from composer.contract.op_names import op_name
 from composer.lower.cache import Store
 from composer.registry.stack import Stack
-from composer.scheduler.plans import Plan
+from composer.scheduler.plans import QUANTIZED_OPS, Plan
 
 if TYPE_CHECKING:
     from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
@@ -117,12 +117,14 @@ def written(edge: EdgeProgramManager, when: str) -> tuple[ExecutorchProgramManag
 def _portable_quantize_hint(edge: EdgeProgramManager, error: Exception) -> str:
     """What to do when quantize/dequantize nodes were left to portable kernels, which have no
     out variants for them: no backend of the stack took the quantized ops they wrap."""
-    if "Missing out variants" not in str(error) or "quantized_decomposed" not in str(error):
+    if "Missing out variants" not in str(error) or not any(
+        namespace.rstrip(".") + "::" in str(error) for namespace in QUANTIZED_OPS
+    ):
         return ""
     left = [
         node.name
         for node in edge.exported_program().graph.nodes
-        if node.op == "call_function" and op_name(node).startswith("quantized_decomposed.")
+        if node.op == "call_function" and op_name(node).startswith(QUANTIZED_OPS)
     ]
     shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
     return (

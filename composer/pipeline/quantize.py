@@ -19,11 +19,13 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpec
 
 from composer.contract.errors import ComposerError, PluginError
+from composer.contract.op_names import op_name
 from composer.lower.export import Model, example_inputs_of, export_model, fresh_program
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.stack import Stack
 from composer.run.compare import compare
 from composer.scheduler.origins import origin_backends
+from composer.scheduler.plans import QUANTIZED_OPS
 
 ANNOTATION = "quantization_annotation"  # where PT2E quantizers put what they decided on a node
 
@@ -164,7 +166,7 @@ def quantize(
         )
     program = export_model(model, example_inputs, dynamic_shapes)
     inputs = example_inputs_of(model, example_inputs)
-    if any(node.op == "call_function" and "quantize" in str(node.target)
+    if any(node.op == "call_function" and op_name(node).startswith(QUANTIZED_OPS)
            for node in program.graph.nodes):  # fmt: skip
         raise ComposerError("the model is already quantized: compose it as it is.")
     edge, plan = lower_stack(

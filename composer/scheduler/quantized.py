@@ -14,6 +14,7 @@ from torch.export import ExportedProgram
 
 from composer.contract.backend_spec import Tolerance
 from composer.contract.op_names import op_name
+from composer.scheduler.plans import QUANTIZED_OPS
 
 # Steps of the output scale an integer backend may differ by: rounding differs per op and
 # adds up along the network. Measured, XNNPACK's int8 ResNet-18 at 64 px against its q/dq
@@ -28,7 +29,6 @@ STEPS = 8
 LARGEST = 0.5
 # Steps of the largest output for activations quantized at run time (below): 1.5 measured.
 DYNAMIC_STEPS = 4
-QUANTIZE_PREFIX = "quantized_decomposed."
 _DEQUANTIZE = (
     "quantized_decomposed.dequantize_per_tensor",
     "quantized_decomposed.dequantize_per_channel",
@@ -69,11 +69,6 @@ FLOAT_OUTPUTS = Tolerance(
 )
 
 
-def is_quantize_node(node: torch.fx.Node) -> bool:
-    """A quantize, dequantize or choose-qparams node of PT2E or torchao."""
-    return node.op == "call_function" and op_name(node).startswith(QUANTIZE_PREFIX)
-
-
 def output_tolerance(program: ExportedProgram) -> Tolerance | None:
     """``STEPS`` of the largest scale the program's outputs are dequantized with (``None`` for
     a float program, or outputs that come from no dequantize node)."""
@@ -89,7 +84,7 @@ def output_tolerance(program: ExportedProgram) -> Tolerance | None:
         ops = [op_name(n) for n in program.graph.nodes if n.op == "call_function"]
         if any("choose_qparams" in op for op in ops):
             return DYNAMIC
-        if any(op.startswith(QUANTIZE_PREFIX) for op in ops):
+        if any(op.startswith(QUANTIZED_OPS) for op in ops):
             return FLOAT_OUTPUTS
         return None
     scale = max(scales)
