@@ -243,3 +243,28 @@ def test_a_backend_that_keeps_no_state_leaves_the_caches_outside():
     plan = composer.plan(model, "xnnpack", inputs)
     assert not any(p.state for p in plan.partitions)
     assert "state kept" not in plan.summary_table()
+
+
+class RepeatInterleave(torch.nn.Module):
+    """Llama's grouped-query attention repeats its KV heads: ``repeat_interleave`` has no
+    portable kernel (no out variant), only its decomposition has."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x).repeat_interleave(2, dim=1) * 2
+
+
+@pytest.mark.parametrize("stack", [["cuda"], ["xnnpack", "cuda"]], ids=",".join)
+def test_an_op_kept_whole_for_cuda_that_cuda_then_leaves_is_decomposed(stack):
+    # The dynamic bf16 export_llama decoder on the GPU: CUDA's compiler failed, its nodes moved
+    # off it, and the repeat_interleave it had asked to keep whole stayed whole with no
+    # kernel anywhere: to_executorch's "Missing out variants: aten::repeat_interleave" (with
+    # xnnpack before it, ExecuTorch's "scalar_tensor ... was not decomposed or delegated").
+    # Asked again of the edge program, the plugin (which lists the ATen ops it finds) listed
+    # none, so composer's own check saw nothing kept whole. A pin leaves it the same way.
+    never = {"cuda": ["aten.repeat_interleave.self_int"]}
+    plan = composer.plan(RepeatInterleave(), composer.Stack(stack, never=never),
+                         (torch.randn(2, 3, 4, 8),), cache=False)  # fmt: skip
+    ops = {op for node, op in plan.node_ops.items()}
+    assert "aten.repeat_interleave.self_int" not in ops
+    assert "aten.expand_copy.default" in plan.ops_on("portable")  # one of its pieces
+    assert plan.nodes_on("cuda") and not {"aten.expand_copy.default"} & set(plan.ops_on("cuda"))

@@ -114,6 +114,8 @@ class ComposerPartitioner(Partitioner):
         self.kept_whole_ops: frozenset[object] = frozenset()  # what this backend last asked for
         self.declined: Mapping[str, str] = {}  # node name -> why, from its last partition()
         self._pieces: PieceProbes | None = None
+        # (ops, filter): this partitioner's last answer to ops_to_not_decompose
+        self.asked_to_keep: tuple[list[object], Callable | None] | None = None
         # composer.Stack.keep_whole: "priority" asks backends ahead for the pieces, "any" not.
         self.keep_whole = "priority"
         # A stand-in for a backend that can lower here: its ExecuTorch backend must exist too,
@@ -138,7 +140,10 @@ class ComposerPartitioner(Partitioner):
             # filter, keeps them and lets ExecuTorch skip retracing the program; a filter costs
             # two full retraces per partitioner (3.4 s of resnet18's 15.8 s compose).
             present = {node.target for node in ep.graph.nodes if node.op == "call_function"}
-            return ([op for op in ops if op in present], None)
+            ops, keep_whole = [op for op in ops if op in present], None
+        # What ExecuTorch checks the lowered program against: asked again of the edge program,
+        # a plugin listing the ATen ops it finds (the AOTInductor ones) would list none.
+        self.asked_to_keep = (ops, keep_whole)
         return (ops, keep_whole)
 
     def _decomposes_first(self) -> bool:
@@ -388,7 +393,7 @@ class ComposerPartitioner(Partitioner):
         # Only the last backend knows: a node one backend leaves, a later one may take whole.
         if self.stack and self is not self.stack[-1]:
             return {}
-        ops, op_filter = self._stack_ops_to_not_decompose(program)
+        ops, op_filter = self.asked_to_keep or self._stack_ops_to_not_decompose(program)
         keepers = [
             (p.backend.name, p.kept_whole_ops, p.declined)
             for p in self.stack or (self,)
