@@ -268,3 +268,21 @@ def test_an_op_kept_whole_for_cuda_that_cuda_then_leaves_is_decomposed(stack):
     assert "aten.repeat_interleave.self_int" not in ops
     assert "aten.expand_copy.default" in plan.ops_on("portable")  # one of its pieces
     assert plan.nodes_on("cuda") and not {"aten.expand_copy.default"} & set(plan.ops_on("cuda"))
+
+
+class AnyDim(torch.nn.Module):
+    """``any.dim``: a core op with no decomposition, which cuda asks to keep whole."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (torch.relu(x) * 2).any(dim=1).float() + 1
+
+
+def test_an_op_without_decomposition_left_by_cuda_runs_on_its_portable_kernel():
+    # The dynamic bf16 export_llama decoder with xnnpack,cuda, once CUDA's compiler failed and
+    # its nodes moved: cuda, second in the stack, listed the ops still present with no filter
+    # (a shortcut that saves ExecuTorch a retrace), any.dim among them, so lowering again
+    # "decomposed" it into itself and stopped with KeptWholeButLeft.
+    stack = composer.Stack(["xnnpack", "cuda"], never={"cuda": ["aten.any.dim"]})
+    plan = composer.plan(AnyDim(), stack, (torch.randn(2, 3, 4, 8),), cache=False)
+    assert plan.ops_on("portable") == {"aten.any.dim": 1}
+    assert plan.nodes_on("xnnpack")

@@ -76,10 +76,12 @@ def kept_whole_but_left(
     for node in program.graph_module.graph.nodes:
         if node.op != "call_function" or node in taken or node.target not in refused:
             continue
-        # With a filter ExecuTorch's check passes every edge node (the filter compares ATen
-        # ops), so a whole node runs on its portable kernel, if it has one (upsample, stack);
-        # one without (max_pool2d) fails later in to_executorch.
-        if op_filter is not None and has_out_variant(node.target):
+        # ExecuTorch's check refuses a node its filter keeps. The filter compares ATen ops, so
+        # it passes every edge node, which then runs on its portable kernel if it has one
+        # (upsample, stack); one without (max_pool2d) fails later in to_executorch. A node
+        # made after the edge dialect (scalar_tensor, from a decomposition while lowering)
+        # still has its ATen op, and the filter keeps it.
+        if op_filter is not None and not op_filter(node) and has_out_variant(node.target):
             continue
         why = {
             name: declined.get(node.name, "not taken")

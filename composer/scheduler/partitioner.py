@@ -134,11 +134,19 @@ class ComposerPartitioner(Partitioner):
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
         ops, keep_whole = self._stack_ops_to_not_decompose(ep)
-        if keep_whole is not None and not self.entered and not self._decomposes_first():
+        if (
+            keep_whole is not None
+            and not self.decomposed
+            and not self.entered
+            and not self._decomposes_first()
+        ):
             # The first composer partitioner's pass already decomposed what the stack does
             # not keep whole (its answer is this one). Listing the ops still present, with no
             # filter, keeps them and lets ExecuTorch skip retracing the program; a filter costs
-            # two full retraces per partitioner (3.4 s of resnet18's 15.8 s compose).
+            # two full retraces per partitioner (3.4 s of resnet18's 15.8 s compose). Not once
+            # nodes were decomposed because no backend took them whole: an op with no
+            # decomposition (any.dim) stays present, and unfiltered, ExecuTorch would refuse
+            # its nodes on portable kernels again.
             present = {node.target for node in ep.graph.nodes if node.op == "call_function"}
             ops, keep_whole = [op for op in ops if op in present], None
         # What ExecuTorch checks the lowered program against: asked again of the edge program,
