@@ -164,6 +164,15 @@ def test_a_new_library_version_misses(cache, monkeypatch):
     assert not _reused(lines) and not composition.from_cache
 
 
+def test_the_key_covers_all_of_composers_source():
+    # Editable installs: a change to the scheduler or a plugin changes what composer writes,
+    # and its version number does not say so.
+    package, sources = fingerprint.composer_sources()
+    names = {str(path.relative_to(package)) for path in sources}
+    assert {"__init__.py", "scheduler/partitioner.py", "plugins/xnnpack/__init__.py",
+            "lower/fingerprint.py"} <= names  # fmt: skip
+
+
 MODEL_SOURCE = """
 import torch
 
