@@ -12,6 +12,7 @@ from composer.contract.errors import BackendListError, ComposerError
 from composer.plugins.aoti import becomes_fallback_kernel
 from composer.plugins.cuda import plugin as cuda_plugin
 from composer.registry.discovery import default_registry
+from composer.report.html import render_html
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
 
@@ -233,7 +234,8 @@ def test_a_kv_cache_stays_in_the_cuda_delegate_that_reads_and_writes_it(stack):
     assert set(owners) == caches
     # index_copy_ writes them; the partition that owns one holds its writer
     assert all(p.backend == "cuda" and "aten.index_copy.default" in p.ops for p in owners.values())
-    assert f"state kept in {owners['layers.0.attention.k_cache'].id}: " in plan.summary_table()
+    kept = f"state kept in {owners['layers.0.attention.k_cache'].id}: "
+    assert kept in plan.summary_table() and kept in render_html(plan)
     if stack == ["cuda"]:  # the tokens, their positions, the logits
         assert plan.crossings == 3
 

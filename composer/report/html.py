@@ -369,6 +369,11 @@ def _backend_facts(plan: Plan) -> str:
         )
     if plan.dynamic_dims:
         items.append(f"<li>dynamic: {_e(describe_dynamic_dims(plan.dynamic_dims))}</li>")
+    items += [
+        f"<li>state kept in {_e(p.id)}: {_e(', '.join(p.state))}</li>"
+        for p in plan.partitions
+        if p.state
+    ]
     items += [f"<li>moved: {_e(describe_repair(r))}</li>" for r in plan.repairs]
     if plan.proof:
         items.append(f"<li>proof: {_e(plan.proof)}</li>")
