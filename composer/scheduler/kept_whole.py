@@ -34,6 +34,10 @@ class KeptWholeButLeft(PartitionError):
         )
 
 
+def _with_edge_forms(ops: Sequence[object]) -> set[object]:
+    return {aten_to_edge(op) for op in ops} | set(ops)
+
+
 def aten_op(target: object) -> object:
     """The ATen op of an edge op (the form ``ops_to_not_decompose`` lists), else ``target``."""
     return getattr(target, "_op", target)
@@ -64,24 +68,28 @@ def kept_whole_but_left(
     ops: Sequence[torch._ops.OpOverload],
     op_filter: Callable[[torch.fx.Node], bool] | None,
     keepers: Sequence[Keeper],
+    kept: Sequence[torch._ops.OpOverload] = (),
 ) -> dict[str, tuple[str, dict[str, str]]]:
     """The nodes of ``program`` (lowered by the whole stack; ``taken``: delegated) that
     ExecuTorch will refuse: kept whole as the stack asked (``ops``, under ``op_filter``) and
     taken by none, each with its origin name and the ``keepers`` that kept its op whole and why
     they left it. The same test as ExecuTorch's own check after lowering
     (``_sanity_check_graph_for_non_decomp_ops``), made before it lowers."""
-    ops = preserved(ops)
-    refused = {aten_to_edge(op) for op in ops} | set(ops)
+    refused = _with_edge_forms(preserved(ops))
+    # ``kept``: what the decomposition kept whole (the stack's answer before lowering, which
+    # ``ops``, asked of the lowered program, may no longer list: the AOTInductor plugins').
+    kept_whole = _with_edge_forms(preserved(kept)) | refused
     left: dict[str, tuple[str, dict[str, str]]] = {}
     for node in program.graph_module.graph.nodes:
-        if node.op != "call_function" or node in taken or node.target not in refused:
+        if node.op != "call_function" or node in taken or node.target not in kept_whole:
             continue
         # ExecuTorch's check refuses a node its filter keeps. The filter compares ATen ops, so
         # it passes every edge node, which then runs on its portable kernel if it has one
-        # (upsample, stack); one without (max_pool2d) fails later in to_executorch. A node
-        # made after the edge dialect (scalar_tensor, from a decomposition while lowering)
-        # still has its ATen op, and the filter keeps it.
-        if op_filter is not None and not op_filter(node) and has_out_variant(node.target):
+        # (upsample, stack); one without (max_pool2d, repeat_interleave) fails later in
+        # to_executorch. A node made after the edge dialect (scalar_tensor, from a
+        # decomposition while lowering) still has its ATen op, and the filter keeps it.
+        checked = node.target in refused and (op_filter is None or op_filter(node))
+        if not checked and has_out_variant(node.target):
             continue
         why = {
             name: declined.get(node.name, "not taken")

@@ -134,23 +134,15 @@ class ComposerPartitioner(Partitioner):
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
         ops, keep_whole = self._stack_ops_to_not_decompose(ep)
-        if (
-            keep_whole is not None
-            and not self.decomposed
-            and not self.entered
-            and not self._decomposes_first()
-        ):
+        if keep_whole is not None and not self.entered and not self._decomposes_first():
             # The first composer partitioner's pass already decomposed what the stack does
             # not keep whole (its answer is this one). Listing the ops still present, with no
             # filter, keeps them and lets ExecuTorch skip retracing the program; a filter costs
-            # two full retraces per partitioner (3.4 s of resnet18's 15.8 s compose). Not once
-            # nodes were decomposed because no backend took them whole: an op with no
-            # decomposition (any.dim) stays present, and unfiltered, ExecuTorch would refuse
-            # its nodes on portable kernels again.
+            # two full retraces per partitioner (3.4 s of resnet18's 15.8 s compose).
             present = {node.target for node in ep.graph.nodes if node.op == "call_function"}
             ops, keep_whole = [op for op in ops if op in present], None
-        # What ExecuTorch checks the lowered program against: asked again of the edge program,
-        # a plugin listing the ATen ops it finds (the AOTInductor ones) would list none.
+        # What the decomposition keeps whole: asked again of the edge program, a plugin
+        # listing the ATen ops it finds (the AOTInductor ones) would list none of it.
         self.asked_to_keep = (ops, keep_whole)
         return (ops, keep_whole)
 
@@ -401,13 +393,18 @@ class ComposerPartitioner(Partitioner):
         # Only the last backend knows: a node one backend leaves, a later one may take whole.
         if self.stack and self is not self.stack[-1]:
             return {}
-        ops, op_filter = self.asked_to_keep or self._stack_ops_to_not_decompose(program)
-        keepers = [
-            (p.backend.name, p.kept_whole_ops, p.declined)
-            for p in self.stack or (self,)
-            if isinstance(p, ComposerPartitioner)
-        ]
-        return kept_whole_but_left(program, taken, ops, op_filter, keepers)
+        stack = [p for p in self.stack or (self,) if isinstance(p, ComposerPartitioner)]
+        keepers = [(p.backend.name, p.kept_whole_ops, p.declined) for p in stack]
+        # ExecuTorch's check after lowering asks every partitioner again, of the lowered edge
+        # program; asked so, a plugin that lists the ATen ops it finds (the AOTInductor ones)
+        # lists only nodes made after the edge dialect, and each sets its kept_whole_ops anew.
+        asked_before = {p: p.kept_whole_ops for p in stack}
+        ops, op_filter = self._stack_ops_to_not_decompose(program)
+        for p, kept in asked_before.items():
+            p.kept_whole_ops = kept
+        # What the decomposition kept whole: to_executorch refuses what of it has no kernel.
+        kept = self.asked_to_keep[0] if self.asked_to_keep is not None else ops
+        return kept_whole_but_left(program, taken, ops, op_filter, keepers, kept)
 
     def _report(self, partitions: list[list[torch.fx.Node]], elapsed: float) -> None:
         if self.progress is None:
