@@ -64,22 +64,20 @@ def composed_and_proven(
                 error.origins,
             )
         except ComposerError as error:
-            if closest is None:
-                raise
-            return _closest_kept(closest, failed, error)
+            return _closest_kept_or_raise(closest, failed, error)
         else:
             if not check:
                 return _finished(composition, failed, NOT_CHECKED)
             try:
                 proof = prove(composition)
             except ProgramFailed as error:
-                if error.culprit is None and closest is not None:
-                    return _closest_kept(closest, failed, error)
-                if error.culprit is None or stack.placement == "strict":
+                if error.culprit is None:
+                    return _closest_kept_or_raise(closest, failed, error)
+                if stack.placement == "strict":
                     raise
                 culprit = error.culprit
                 if culprit.adds_up and closest is None:
-                    closest = (composition, len(failed), str(error))
+                    closest = (composition, len(failed), error.failure)
             else:
                 return _finished(composition, failed, proof.describe())
         if stack.placement == "strict":  # a run-time failure under strict was raised above
@@ -91,13 +89,10 @@ def composed_and_proven(
             )  # fmt: skip
         pins = {node_pin(node) for node in culprit.nodes}
         if pins <= current.never.get(culprit.backend, frozenset()) or len(failed) >= MAX_REPAIRS:
-            error = ComposerError(
+            return _closest_kept_or_raise(closest, failed, ComposerError(
                 f"{culprit.describe()}, and moving it again changed nothing; "
                 + "; ".join(c.describe() for c in failed)
-            )
-            if closest is None:
-                raise error
-            return _closest_kept(closest, failed, error)
+            ))  # fmt: skip
         failed.append(culprit)
         say(f"moving {culprit.describe()}: its {len(culprit.nodes)} node(s) leave "
             f"{culprit.backend}; composing again")  # fmt: skip
@@ -153,12 +148,15 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
     return composition
 
 
-def _closest_kept(
-    closest: tuple[Composition, int, str], failed: list[Culprit], error: ComposerError
+def _closest_kept_or_raise(
+    closest: tuple[Composition, int, str] | None, failed: list[Culprit], error: ComposerError
 ) -> Composition:
-    composition, repaired, missed = closest
+    """Where nothing more can be tried: the closest program kept, if there is one; else the
+    error."""
+    if closest is None:
+        raise error
+    composition, repaired, words = closest
     tried = failed[repaired]
-    words = missed.removeprefix("the composed program ").split(";")[0]
     proof = (
         f"ran; {words}, with every delegate within tolerance of its own subgraph (their errors "
         f"add up); moving {tried.partition}, the one erring most, left no program "

@@ -66,9 +66,10 @@ class ProgramFailed(ComposerError):
     """The composed program failed to run or to match eager; ``culprit`` is the partition whose
     delegate failed (``None`` where running the delegates one by one found none)."""
 
-    def __init__(self, message: str, culprit: Culprit | None) -> None:
+    def __init__(self, message: str, culprit: Culprit | None, failure: str = "") -> None:
         super().__init__(message)
         self.culprit = culprit
+        self.failure = failure  # "does not match eager: max |composed - eager| = 0.03"
 
 
 @attrs.frozen
@@ -145,7 +146,9 @@ def prove(composition: Provable) -> Proof:
             )
         culprit = localize(composition, inputs, mismatch=failure.startswith("does not match"))
         where = f"; {culprit.partition} ({culprit.backend}) {culprit.why}" if culprit else ""
-        raise ProgramFailed(f"the composed program {failure}{where} (found by {HOW})", culprit)
+        raise ProgramFailed(
+            f"the composed program {failure}{where} (found by {HOW})", culprit, failure
+        )
     seconds = time.perf_counter() - started
     return Proof(verification, why, seconds, tuple(ran) if len(sizes) > 1 else (), tuple(skipped))
 

@@ -67,8 +67,7 @@ def build_plan(
     partitions = []
     for record in records:
         name = record.backend.name
-        for index, members in enumerate(record.partitions):
-            state = record.state[index] if index < len(record.state) else []
+        for index, (members, state) in enumerate(zip(record.partitions, record.state, strict=True)):
             real = [(node, op) for node, op in members if op != "getitem"]
             for node, op in real:
                 node_backends[node] = name

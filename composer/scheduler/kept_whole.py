@@ -73,8 +73,10 @@ def kept_whole_but_left(
     """The nodes of ``program`` (lowered by the whole stack; ``taken``: delegated) that
     ExecuTorch will refuse: kept whole as the stack asked (``ops``, under ``op_filter``) and
     taken by none, each with its origin name and the ``keepers`` that kept its op whole and why
-    they left it. The same test as ExecuTorch's own check after lowering
-    (``_sanity_check_graph_for_non_decomp_ops``), made before it lowers."""
+    they left it. The same tests as ExecuTorch's own check after lowering
+    (``_sanity_check_graph_for_non_decomp_ops``, which asks for ``ops`` and ``op_filter`` again
+    of the lowered program) and as ``to_executorch``'s (a node of ``kept``, what the
+    decomposition kept whole, with no out variant), made before it lowers."""
     refused = _with_edge_forms(preserved(ops))
     # ``kept``: what the decomposition kept whole (the stack's answer before lowering, which
     # ``ops``, asked of the lowered program, may no longer list: the AOTInductor plugins').

@@ -44,7 +44,7 @@ class PartitionRecord:
     declined: dict[str, str]  # node name -> reason
     duplicated_constant_bytes: int
     # per partition: the mutated buffers its delegate owns (BackendSpec.keeps_state)
-    state: list[list[str]] = attrs.Factory(list)
+    state: list[list[str]]
 
 
 class Schedule(Protocol):
@@ -334,7 +334,7 @@ class ComposerPartitioner(Partitioner):
                     [[(n.name, op_name(n)) for n in members] for members in partitions],
                     declined,
                     duplicated,
-                    [owned.get(f"{self.backend.name}_{index}", []) for index in range(len(tags))],
+                    [owned.get(tag, []) for tag in tags],
                 )
             )
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
