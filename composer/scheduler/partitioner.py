@@ -151,8 +151,9 @@ class ComposerPartitioner(Partitioner):
         first = next((p for p in self.listed_with() if isinstance(p, ComposerPartitioner)), self)
         return first is self
 
-    def _stack_ops_to_not_decompose(self, ep: ExportedProgram):
-        # ExecuTorch decomposes once per partitioner, each time with the full table minus
+    def _stack_ops_to_not_decompose(self, ep: ExportedProgram, record: bool = True):
+        # ``record``: each partitioner keeps its answer as ``kept_whole_ops`` (what the
+        # reasons of a node left whole name). ExecuTorch decomposes once per partitioner, each time with the full table minus
         # that partitioner's ops: an op one backend keeps whole is decomposed by the pass of
         # any other partitioner, before it as well as after (XNNPACK's linear, split by an
         # earlier backend into permute + addmm, then fails XNNPACK's preprocess on 3-D
@@ -163,7 +164,7 @@ class ComposerPartitioner(Partitioner):
         listed_with = list(self.listed_with())
         stack = listed_with if any(p is self for p in listed_with) else [self, *listed_with]
         answers = [
-            p._own_ops_to_not_decompose(ep)
+            p._own_ops_to_not_decompose(ep, record)
             if isinstance(p, ComposerPartitioner)
             else p.ops_to_not_decompose(ep)
             for p in stack
@@ -230,7 +231,7 @@ class ComposerPartitioner(Partitioner):
                                        self.kept_whole_ops)  # fmt: skip
         return self._pieces.prefers_pieces(node, program, pinned)
 
-    def _own_ops_to_not_decompose(self, ep: ExportedProgram):
+    def _own_ops_to_not_decompose(self, ep: ExportedProgram, record: bool = True):
         ops = self.registry.call(
             "composer_ops_to_not_decompose", self.backend, program=ep, options=self.options
         )
@@ -244,11 +245,12 @@ class ComposerPartitioner(Partitioner):
                     f"composer_ops_to_not_decompose for backend {self.backend.name!r}; it must "
                     "return a list of ATen ops (torch.ops.aten.linear.default), not names, or None."
                 )
-            self.kept_whole_ops = frozenset(ops)
-            return (list(ops), None)
-        native = self._native_partitioner(ep)
-        answer = native.ops_to_not_decompose(ep) if native is not None else ([], None)
-        self.kept_whole_ops = frozenset(answer[0])
+            answer = (list(ops), None)
+        else:
+            native = self._native_partitioner(ep)
+            answer = native.ops_to_not_decompose(ep) if native is not None else ([], None)
+        if record:
+            self.kept_whole_ops = frozenset(answer[0])
         return answer
 
     def transform_for_pre_decomposition(self, ep: ExportedProgram) -> ExportedProgram:
@@ -397,11 +399,8 @@ class ComposerPartitioner(Partitioner):
         keepers = [(p.backend.name, p.kept_whole_ops, p.declined) for p in stack]
         # ExecuTorch's check after lowering asks every partitioner again, of the lowered edge
         # program; asked so, a plugin that lists the ATen ops it finds (the AOTInductor ones)
-        # lists only nodes made after the edge dialect, and each sets its kept_whole_ops anew.
-        asked_before = {p: p.kept_whole_ops for p in stack}
-        ops, op_filter = self._stack_ops_to_not_decompose(program)
-        for p, kept in asked_before.items():
-            p.kept_whole_ops = kept
+        # lists only nodes made after the edge dialect: not an answer to keep for the reasons.
+        ops, op_filter = self._stack_ops_to_not_decompose(program, record=False)
         # What the decomposition kept whole: to_executorch refuses what of it has no kernel.
         kept = self.asked_to_keep[0] if self.asked_to_keep is not None else ops
         return kept_whole_but_left(program, taken, ops, op_filter, keepers, kept)
