@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -102,6 +103,8 @@ def lower_program(
 def written(edge: EdgeProgramManager, when: str) -> tuple[ExecutorchProgramManager, dict]:
     """``edge.to_executorch()`` and its .ptd data files; a failure is a ComposerError saying
     ``when`` it happened."""
+    if _left_quantized(edge):
+        _load_quantized_kernels()
     try:
         with torch.no_grad():
             program = edge.to_executorch()
@@ -114,18 +117,35 @@ def written(edge: EdgeProgramManager, when: str) -> tuple[ExecutorchProgramManag
     return program, {name: bytes(cord) for name, cord in (program._tensor_data or {}).items()}
 
 
+def _left_quantized(edge: EdgeProgramManager) -> list[str]:
+    """The quantize/dequantize nodes no delegate took, which portable kernels are to run."""
+    return [
+        node.name
+        for method in edge.methods
+        for node in edge.exported_program(method).graph.nodes
+        if node.op == "call_function" and op_name(node).startswith(QUANTIZED_OPS)
+    ]
+
+
+@functools.cache
+def _load_quantized_kernels() -> None:
+    """ExecuTorch's portable kernels for ``quantized_decomposed`` ops, as its docs have users
+    load them: the runtime has the kernels, but ``to_executorch`` finds their out variants
+    only once this library registered them ("Missing out variants" otherwise). Arm's
+    quantizer loads it too, so without this a program lowered beside it would differ."""
+    import executorch.kernels.quantized  # noqa: F401  (loads libquantized_ops_aot_lib)
+
+
 def _portable_quantize_hint(edge: EdgeProgramManager, error: Exception) -> str:
-    """What to do when quantize/dequantize nodes were left to portable kernels, which have no
-    out variants for them: no backend of the stack took the quantized ops they wrap."""
+    """What to do when quantize/dequantize nodes were left to portable kernels that have no
+    out variant for them (torchao's ops; ``quantized_decomposed``'s where ExecuTorch's
+    quantized kernels library did not load): no backend of the stack took the quantized ops
+    they wrap."""
     if "Missing out variants" not in str(error) or not any(
         namespace.rstrip(".") + "::" in str(error) for namespace in QUANTIZED_OPS
     ):
         return ""
-    left = [
-        node.name
-        for node in edge.exported_program().graph.nodes
-        if node.op == "call_function" and op_name(node).startswith(QUANTIZED_OPS)
-    ]
+    left = _left_quantized(edge)
     shown = ", ".join(left[:4]) + (f" and {len(left) - 4} more" if len(left) > 4 else "")
     return (
         f". No backend of the stack took the quantize/dequantize nodes {shown}, and ExecuTorch's "
