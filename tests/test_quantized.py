@@ -71,21 +71,20 @@ def test_a_dynamically_quantized_linear_goes_with_its_chains_past_a_backend_that
     assert xnnpack["aten.linear.default"] == 3  # kept whole: XNNPACK's quantized linear
 
 
-@pytest.mark.slow  # 4 minutes here: DeiT-Tiny quantized, lowered twice
-def test_a_quantized_program_whose_errors_add_up_is_kept_where_no_move_can_run():
+@pytest.mark.slow  # 2 minutes here: DeiT-Tiny quantized and lowered
+def test_a_quantized_program_whose_errors_add_up_is_kept_not_moved():
     # Dynamically quantized DeiT-Tiny on XNNPACK misses its q/dq reference by 0.0303, just
     # past 4 int8 steps of its largest output (0.0301), each of its 62 delegates within
     # tolerance of its own subgraph; plain ExecuTorch writes that program. Moving the delegate
-    # erring most sent a quantized partition to portable kernels, which have none of its
-    # ops: the compose failed in to_executorch ("Missing out variants").
+    # erring most sent a quantized partition to portable kernels (the compose failed in
+    # to_executorch, "Missing out variants", before they were loaded; once loaded, it would
+    # move delegate after delegate there, each lowering the model again).
     program = corpus.quantized("deit_tiny", dynamic=True)
     with pytest.warns(composer.ComposerWarning, match="past the tolerance, though each delegate"):
         composition = composer.compose(program, "xnnpack", cache=False)
     plan = composition.plan
     assert plan.repairs == ()
     assert plan.proof.startswith("ran; does not match eager")
-    assert "left no program (to_executorch failed" in plan.proof
+    assert "the one erring most, is quantized" in plan.proof
     assert plan.proof.endswith("kept as composed")
-    assert plan.nodes_on("portable") == [] or all(
-        not op.startswith("quantized_decomposed") for op in plan.ops_on("portable")
-    )
+    assert not any(op.startswith("quantized_decomposed") for op in plan.ops_on("portable"))

@@ -45,9 +45,9 @@ def composed_and_proven(
     failed: list[Culprit] = []
     current = stack
     # The first program that ran and missed eager only by its delegates' errors adding up,
-    # with the repairs it had and the proof's words: kept where moving its worst delegate
-    # leaves no program at all (a quantized partition, which no backend after it and no
-    # portable kernel runs: DeiT-Tiny, dynamically quantized, xnnpack alone).
+    # with the repairs it had and the proof's words: kept where its worst delegate is
+    # quantized (DeiT-Tiny dynamically quantized, ShuffleNetV2 int8: XNNPACK alone) or moving
+    # it leaves no program at all.
     closest: tuple[Composition, int, str] | None = None
     while True:
         culprit = lowering_error = None
@@ -78,6 +78,12 @@ def composed_and_proven(
                 culprit = error.culprit
                 if culprit.adds_up and closest is None:
                     closest = (composition, len(failed), error.failure)
+                    if _quantized(composition, culprit):
+                        return _kept(closest, failed, why=(
+                            f"{culprit.partition}, the one erring most, is quantized (every "
+                            "integer kernel rounds its own way; moved, it would only match "
+                            "the reference's rounding on portable kernels, many times slower)"
+                        ))  # fmt: skip
             else:
                 return _finished(composition, failed, proof.describe())
         if stack.placement == "strict":  # a run-time failure under strict was raised above
@@ -155,20 +161,33 @@ def _closest_kept_or_raise(
     error."""
     if closest is None:
         raise error
+    tried = failed[closest[1]].partition
+    return _kept(closest, failed, stacklevel=5, why=(
+        f"moving {tried}, the one erring most, left no program ({first_line(error)}); no "
+        f"placement composer could try does better ({tried} cannot move)"
+    ))  # fmt: skip
+
+
+def _quantized(composition: Composition, culprit: Culprit) -> bool:
+    return any(p.id == culprit.partition and p.quantized for p in composition.plan.partitions)
+
+
+def _kept(
+    closest: tuple[Composition, int, str], failed: list[Culprit], why: str, stacklevel: int = 4
+) -> Composition:
+    """The program whose delegates each match their own subgraph and whose errors add up,
+    kept as plain ExecuTorch would write it, with ``why`` it was not moved further."""
     composition, repaired, words = closest
-    tried = failed[repaired]
-    proof = (
-        f"ran; {words}, with every delegate within tolerance of its own subgraph (their errors "
-        f"add up); moving {tried.partition}, the one erring most, left no program "
-        f"({first_line(error)}): kept as composed"
-    )
     warnings.warn(
         f"the program {words}, past the tolerance, though each delegate matches its own "
-        f"subgraph; no placement composer could try does better ({tried.partition} cannot "
-        "move), so it is kept, as plain ExecuTorch would write it: check its accuracy on real "
-        "data.",
+        f"subgraph: {why}, so it is kept, as plain ExecuTorch would write it: check its "
+        "accuracy on real data.",
         ComposerWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,  # compose()'s caller
+    )
+    proof = (
+        f"ran; {words}, with every delegate within tolerance of its own subgraph (their errors "
+        f"add up); {why}: kept as composed"
     )
     return _finished(composition, failed[:repaired], proof)
 
