@@ -10,7 +10,10 @@ as a constant. So, after each node's own support is asked:
 
 - an op is taken only where every node of the chains feeding it is taken too: OpenVINO takes
   a dynamically quantized ``addmm`` and its weight's dequantize but not ``choose_qparams``, so
-  the ``addmm`` goes on down the stack, to XNNPACK, which takes it with its chains;
+  the ``addmm`` goes on down the stack, to XNNPACK, which takes it with its chains. A static
+  quantize of an activation is where a chain starts, not part of it: an integer-only backend
+  (Ethos-U) takes int8 in, the quantize staying before its partition, as TOSA's partitioner
+  leaves it;
 - an op with a quantized weight (linear, convolution: what integer kernels match) takes its
   chains along: each is taken only where every such op it feeds is (OpenVINO takes the
   quantize and dequantize before ResNet-18's final linear, not the linear, which XNNPACK then
@@ -51,6 +54,11 @@ def chains_kept_with_their_ops(
             )
         return weight[node]
 
+    def starts_a_chain(node: torch.fx.Node) -> bool:  # quantize(x, scale, zero point)
+        return _quantizes(node, name_of) and not any(
+            in_chain(arg) or arg in constants for arg in node.all_input_nodes
+        )
+
     chains: dict[torch.fx.Node, list[torch.fx.Node]] = {}
     for node in graph.nodes:
         if node.op == "call_function" and not in_chain(node):
@@ -68,7 +76,11 @@ def chains_kept_with_their_ops(
 
     # Each node is taken only where every node it needs is.
     needs = [
-        (op, chain, "the quantization chain feeding it goes elsewhere ({} is not taken with it)")
+        (
+            op,
+            [n for n in chain if not starts_a_chain(n)],
+            "the quantization chain feeding it goes elsewhere ({} is not taken with it)",
+        )
         for op, chain in chains.items()
     ] + [
         (node, ops, "it is in the quantization group of {}, which goes elsewhere")
