@@ -71,6 +71,25 @@ def test_a_dynamically_quantized_linear_goes_with_its_chains_past_a_backend_that
     assert xnnpack["aten.linear.default"] == 3  # kept whole: XNNPACK's quantized linear
 
 
+def test_an_op_goes_without_the_static_quantize_of_its_input():
+    # A static quantize of an activation starts a chain (Ethos-U takes int8 in, the quantize
+    # before its partition, as TOSA's partitioner leaves it). With the first quantize pinned
+    # off XNNPACK, the first linear stays on XNNPACK with its dequantize; before, the linear
+    # and everything after it waited for that quantize and went to portable kernels.
+    from composer import zoo
+
+    model, inputs = zoo.load("mlp")
+    program = composer.quantize(model, "xnnpack", inputs)
+    pin = "node:quantized_decomposed_quantize_per_tensor_default"
+    stack = composer.Stack(["xnnpack"], never={"xnnpack": [pin]})
+    composition = composer.compose(program, stack, inputs, cache=False)
+    plan = composition.plan
+    assert plan.repairs == ()
+    assert plan.ops_on("portable") == {"quantized_decomposed.quantize_per_tensor.default": 1}
+    assert plan.ops_on("xnnpack")["aten.linear.default"] == 3
+    assert plan.proof.startswith("ran and matched eager")
+
+
 @pytest.mark.slow  # 2 minutes here: DeiT-Tiny quantized and lowered
 def test_a_quantized_program_whose_errors_add_up_is_kept_not_moved():
     # Dynamically quantized DeiT-Tiny on XNNPACK misses its q/dq reference by 0.0303, just
