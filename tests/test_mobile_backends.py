@@ -419,6 +419,27 @@ def test_ethos_u_lowers_a_quantized_model_to_a_vela_command_stream():
 
 
 @needs_tosa
+def test_quantize_for_ethos_u_and_xnnpack_gives_each_its_own_int8_region():
+    # The float plan gives an int8-only NPU nothing; composer.quantize asks what Ethos-U takes
+    # once its quantizer quantized the whole model, then quantizes each region with the
+    # quantizer of the backend that takes it: Arm's for the convolutions, XNNPACK's for the
+    # linear Ethos-U leaves.
+    registry = default_registry()
+    if registry.unavailable_reason(registry.backends["ethosu"]) is not None:
+        pytest.skip(registry.unavailable_reason(registry.backends["ethosu"]))
+    model, inputs = zoo.load("mobilenet")
+    program = composer.quantize(model, "ethosu,xnnpack", inputs)
+    composition = composer.compose(program, "ethosu,xnnpack", inputs, cache=False)
+    plan = composition.plan
+    assert plan.ops_on("ethosu")["aten.convolution.default"] == 5
+    assert plan.ops_on("xnnpack")["aten.linear.default"] == 1
+    assert plan.ops_on("portable") == {}
+    assert all(partition.quantized for partition in plan.partitions)
+    assert "EthosUBackend" in delegate_backend_ids(composition.buffer)
+    assert_verified_by_reference(composition, "EthosUBackend")
+
+
+@needs_tosa
 def test_vgf_takes_a_float_model_in_tosas_fp_profile():
     model, inputs = zoo.load("mobilenet")
     plan = composer.plan(model, ["vgf", "xnnpack"], inputs)

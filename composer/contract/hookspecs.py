@@ -180,7 +180,8 @@ def composer_quantizer(backend: BackendSpec, options: Mapping[str, str]) -> Quan
             quantizer = XNNPACKQuantizer()
             return quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
 
-    It annotates the graph of ``torch.export.export(model, inputs).module()``, as
+    It annotates the graph of ``torch.export.export(model, inputs).module(check_guards=False)``
+    (no guard submodule: Arm's passes refuse ``call_module``), as
     ``torchao.quantization.pt2e.prepare_pt2e`` hands it over; the weights are then stored
     quantized (``convert_pt2e``'s default). ``options`` as in ``composer_operator_support``.
     Not implemented, or ``None``: the backend runs float.

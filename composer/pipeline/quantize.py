@@ -146,8 +146,8 @@ def quantize(
     registry = registry or default_registry()
     resolved = registry.resolve(stack.backends)
     stack = stack.with_defaults(resolved)
-    quantizers = {}
-    for backend in resolved:
+
+    def quantizer_of(backend) -> Quantizer | None:
         quantizer = registry.call(
             "composer_quantizer", backend, options=stack.options.get(backend.name, {})
         )
@@ -156,8 +156,9 @@ def quantize(
                 f"plugin {backend.origin.name!r} returned {type(quantizer).__name__} from "
                 "composer_quantizer; it must return a PT2E Quantizer or None."
             )
-        if quantizer is not None:
-            quantizers[backend.name] = quantizer
+        return quantizer
+
+    quantizers = {b.name: q for b in resolved if (q := quantizer_of(b)) is not None}
     if not quantizers:
         raise ComposerError(
             f"no backend of {list(stack.backends)} offers a quantizer (the composer_quantizer "
@@ -169,13 +170,24 @@ def quantize(
     if any(node.op == "call_function" and op_name(node).startswith(QUANTIZED_OPS)
            for node in program.graph.nodes):  # fmt: skip
         raise ComposerError("the model is already quantized: compose it as it is.")
-    edge, plan = lower_stack(
-        fresh_program(program, None), resolved, registry, {b.name for b in resolved}, stack
-    )
-    planned = origin_backends(edge.exported_program().graph_module, plan.node_backends)
+
+    def planned_for(candidate: ExportedProgram) -> dict[str, str]:
+        edge, plan = lower_stack(
+            fresh_program(candidate, None), resolved, registry, {b.name for b in resolved}, stack
+        )
+        return origin_backends(edge.exported_program().graph_module, plan.node_backends)
+
+    planned = planned_for(program)
+    for backend in resolved:
+        if backend.name in quantizers and backend.name not in planned.values():
+            # A fresh quantizer for the trial: the hook promises one per call.
+            trial = _taken_once_quantized(
+                backend.name, quantizer_of(backend), program, inputs, planned_for
+            )
+            planned.update(trial)
     regions = [Region(name, quantizer) for name, quantizer in quantizers.items()]
     region_quantizer = RegionQuantizer(regions, planned)
-    prepared = prepare_pt2e(program.module(), region_quantizer)
+    prepared = prepare_pt2e(program.module(check_guards=False), region_quantizer)
     for batch in calibration if calibration is not None else [inputs]:
         prepared(*batch)
     converted = convert_pt2e(prepared)
@@ -185,3 +197,24 @@ def quantize(
         _, worst = compare(converted(*inputs), program.module()(*inputs))
         progress(f"quantized model against the float one: max |difference| {worst:.3g}")
     return torch.export.export(converted, tuple(inputs), dynamic_shapes=dynamic_shapes)
+
+
+def _taken_once_quantized(
+    backend: str,
+    quantizer: Quantizer,
+    program: ExportedProgram,
+    inputs: Sequence[Any],
+    planned_for: Callable[[ExportedProgram], dict[str, str]],
+) -> dict[str, str]:
+    """The nodes of ``program`` that ``backend`` takes once ``quantizer`` quantized the whole
+    model: what an integer-only backend (Ethos-U) is given, which takes no node of the float
+    model the plan first looks at. Its quantizer's annotations on them are the ones kept."""
+    prepared = prepare_pt2e(program.module(check_guards=False), quantizer)
+    prepared(*inputs)
+    trial = torch.export.export(convert_pt2e(prepared), tuple(inputs))
+    float_nodes = {node.name for node in program.graph.nodes if node.op == "call_function"}
+    return {
+        node: taker
+        for node, taker in planned_for(trial).items()
+        if taker == backend and node in float_nodes
+    }

@@ -197,6 +197,19 @@ class EthosUPlugin(ArmPlugin):
 
         return EthosUPartitioner(compile_spec)
 
+    @hookimpl
+    def composer_quantizer(self, backend, options):
+        # Symmetric int8, per-channel weights: Arm's examples' (aot_arm_compiler) for Ethos-U.
+        self._require()
+        from executorch.backends.arm.quantizer import (
+            EthosUQuantizer,
+            get_symmetric_quantization_config,
+        )
+
+        with quiet():
+            quantizer = EthosUQuantizer(self.compile_spec(options))
+        return quantizer.set_global(get_symmetric_quantization_config())
+
 
 class VgfPlugin(ArmPlugin):
     spec = BackendSpec(
