@@ -8,6 +8,7 @@ backend's own compiler.
 from __future__ import annotations
 
 import pytest
+import torch
 from executorch.exir.backend.backend_details import BackendDetails
 from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -182,3 +183,28 @@ def test_a_compiler_crashing_in_parallel_workers_is_named_as_when_serial(broken_
     message = "CrashingCompilerBackend.preprocess raised RuntimeError: the compiler crashed"
     with pytest.raises(PluginError, match=message):
         composer.compose(model, ["crashing"], inputs, jobs=2, placement="strict", **split)
+
+
+def test_a_compiler_error_from_a_pass_manager_says_what_the_pass_raised():
+    # Arm's compiler (Ethos-U) runs its TOSA passes in torch.fx's PassManager, whose error
+    # names the pass and every pass before it (a hundred of them, 9 KB in one repair's "why")
+    # and wraps what went wrong.
+    from torch.fx.passes.infra.pass_base import PassResult
+    from torch.fx.passes.infra.pass_manager import PassManager
+
+    from composer.lower.compiler_raised import said
+
+    def fine(module):
+        return PassResult(module, False)
+
+    def broken(module):
+        raise ValueError("int8-only NPU got a float input")
+
+    model, _ = zoo.load("mlp")
+    graph_module = torch.fx.symbolic_trace(model)
+    with pytest.raises(Exception) as raised:
+        PassManager([fine] * 200 + [broken])(graph_module)
+    words = said(raised.value)
+    assert words.endswith("(from ValueError: int8-only NPU got a float input)")
+    assert "An error occurred when running the 'broken' pass" in words
+    assert len(words) < 400

@@ -34,7 +34,20 @@ class CompilerRaised(Exception):
     def __init__(self, backend_class: type, nodes: Mapping[str, str], error: BaseException):
         self.nodes = dict(nodes)
         self.error = error
-        super().__init__(
-            f"{backend_class.__name__}.preprocess raised {type(error).__name__}: "
-            f"{first_line(error)}"
-        )
+        super().__init__(f"{backend_class.__name__}.preprocess raised {said(error)}")
+
+
+def said(error: BaseException, limit: int = 240) -> str:
+    """An error in one line a report can hold: its type and first line, cut at ``limit``, and
+    the error it wraps where it wraps one (a pass manager's "An error occurred when running
+    the 'DecomposeLayerNormPass' pass after the following passes: [...]" names a hundred
+    passes and not what went wrong)."""
+
+    def clipped(one: BaseException) -> str:
+        line = first_line(one)
+        return f"{type(one).__name__}: " + (line if len(line) <= limit else line[:limit] + "...")
+
+    root = error
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    return clipped(error) + ("" if root is error else f" (from {clipped(root)})")
