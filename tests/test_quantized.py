@@ -8,6 +8,7 @@ import torch
 
 import composer
 from composer import corpus
+from composer.contract.hookspecs import hookimpl
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +108,42 @@ def test_a_quantized_program_whose_errors_add_up_is_kept_not_moved():
     assert "the one erring most, is quantized" in plan.proof
     assert plan.proof.endswith("kept as composed")
     assert not any(op.startswith("quantized_decomposed") for op in plan.ops_on("portable"))
+
+
+class KeepsQuantizeWhole:
+    """A backend that asks to keep quantize/dequantize whole and then takes none (Core ML's
+    partitioner lists them; its converter may decline their partitions)."""
+
+    def __init__(self) -> None:
+        self.spec = composer.BackendSpec("keepsq", "ComposerTestBackend")
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_operator_support(self, backend, program):
+        from torch.fx.passes.operator_support import create_op_support
+
+        return create_op_support(lambda submodules, node: False)
+
+    @hookimpl
+    def composer_ops_to_not_decompose(self, backend, program):
+        ops = torch.ops.quantized_decomposed
+        return [ops.quantize_per_tensor.default, ops.dequantize_per_tensor.default]
+
+
+def test_quantize_and_dequantize_kept_whole_and_left_run_on_portable_kernels():
+    # ExecuTorch's check after lowering passes over quantize/dequantize kept whole and left
+    # (its _QUANT_PRIMITIVES); composer's raised KeptWholeButLeft for them, twice, and gave up.
+    from plugins_for_tests import registry_with
+
+    from composer import zoo
+
+    model, inputs = zoo.load("mlp")
+    program = composer.quantize(model, "xnnpack", inputs)
+    registry = registry_with(KeepsQuantizeWhole())
+    composition = composer.compose(program, ["keepsq"], inputs, registry=registry, cache=False)
+    plan = composition.plan
+    assert plan.ops_on("portable")["quantized_decomposed.quantize_per_tensor.default"] == 4
+    assert plan.proof.startswith("ran and matched eager")

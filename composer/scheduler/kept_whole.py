@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import torch
 import torch.fx
 from executorch.exir.operator.convert import to_out_variant
+from executorch.exir.operator.util import _QUANT_PRIMITIVES
 from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
 from torch.export import ExportedProgram
 
@@ -81,9 +82,14 @@ def kept_whole_but_left(
     # ``kept``: what the decomposition kept whole (the stack's answer before lowering, which
     # ``ops``, asked of the lowered program, may no longer list: the AOTInductor plugins').
     kept_whole = _with_edge_forms(preserved(kept)) | refused
+    # ExecuTorch's check passes over quantize/dequantize (a backend keeps them whole, Core ML
+    # does, and what it leaves runs on the quantized portable kernels composer loads).
+    quant_primitives = _with_edge_forms(_QUANT_PRIMITIVES)
     left: dict[str, tuple[str, dict[str, str]]] = {}
     for node in program.graph_module.graph.nodes:
         if node.op != "call_function" or node in taken or node.target not in kept_whole:
+            continue
+        if node.target in quant_primitives:
             continue
         # ExecuTorch's check refuses a node its filter keeps. The filter compares ATen ops, so
         # it passes every edge node, which then runs on its portable kernel if it has one
