@@ -63,3 +63,13 @@ def test_quantized_nodes_no_backend_of_the_stack_takes_run_on_portable_kernels()
     method = Runtime.get().load_program(composition.buffer).load_method("forward")
     (composed,) = method.execute(list(inputs))
     assert (composed - program.module()(*inputs)).abs().max().item() < 1e-5
+
+
+def test_a_float_backend_ahead_keeps_what_it_takes_float():
+    # OpenVINO, first, takes every node of the cnn float: XNNPACK's quantizer gets none of them,
+    # though XNNPACK would take some once quantized (the trial composer.quantize makes for a
+    # backend the float plan gives nothing, meant for integer-only NPUs).
+    model, inputs = zoo.load("cnn")
+    program = composer.quantize(model, "openvino,xnnpack", inputs)
+    ops = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert not any("quantize" in op for op in ops)

@@ -178,13 +178,15 @@ def quantize(
         return origin_backends(edge.exported_program().graph_module, plan.node_backends)
 
     planned = planned_for(program)
-    for backend in resolved:
+    for index, backend in enumerate(resolved):
         if backend.name in quantizers and backend.name not in planned.values():
-            # A fresh quantizer for the trial: the hook promises one per call.
+            # A fresh quantizer for the trial: the hook promises one per call. What a backend
+            # ahead of it took float stays that backend's: the stack's order comes first.
             trial = _taken_once_quantized(
                 backend.name, quantizer_of(backend), program, inputs, planned_for
             )
-            planned.update(trial)
+            ahead = {b.name for b in resolved[:index]}
+            planned.update((n, b) for n, b in trial.items() if planned.get(n) not in ahead)
     regions = [Region(name, quantizer) for name, quantizer in quantizers.items()]
     region_quantizer = RegionQuantizer(regions, planned)
     prepared = prepare_pt2e(program.module(check_guards=False), region_quantizer)
