@@ -4,6 +4,9 @@ take it (the ``composer_quantizer`` hook), the regions of float backends left fl
 The plan comes first, on the float model (no compiler runs: plan mode). Its nodes are traced back
 to the exported program's (:func:`~composer.scheduler.origins.origin_backends`), whose names the
 graph PT2E quantizes keeps, so each backend's quantizer annotates only what that backend takes.
+An integer-only backend (Ethos-U) takes nothing of a float model: a backend with a quantizer
+that the float plan gives no node is planned again on the model its quantizer quantized whole,
+and given what it takes there, less what a backend ahead of it took float.
 """
 
 from __future__ import annotations
