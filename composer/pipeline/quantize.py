@@ -181,15 +181,20 @@ def quantize(
         return origin_backends(edge.exported_program().graph_module, plan.node_backends)
 
     planned = planned_for(program)
+    compute = [node.name for node in program.graph.nodes if node.op == "call_function"]
     for index, backend in enumerate(resolved):
-        if backend.name in quantizers and backend.name not in planned.values():
-            # A fresh quantizer for the trial: the hook promises one per call. What a backend
-            # ahead of it took float stays that backend's: the stack's order comes first.
+        if backend.name not in quantizers or backend.name in planned.values():
+            continue
+        # What a backend ahead of it took float stays that backend's: the stack's order comes
+        # first (with nothing else left, no trial: openvino,xnnpack where OpenVINO takes all).
+        ahead = {b.name for b in resolved[:index]}
+        free = {name for name in compute if planned.get(name) not in ahead}
+        if free:
+            # A fresh quantizer for the trial: the hook promises one per call.
             trial = _taken_once_quantized(
                 backend.name, quantizer_of(backend), program, inputs, planned_for
             )
-            ahead = {b.name for b in resolved[:index]}
-            planned.update((n, b) for n, b in trial.items() if planned.get(n) not in ahead)
+            planned.update((n, b) for n, b in trial.items() if n in free)
     regions = [Region(name, quantizer) for name, quantizer in quantizers.items()]
     region_quantizer = RegionQuantizer(regions, planned)
     prepared = prepare_pt2e(program.module(check_guards=False), region_quantizer)
@@ -211,15 +216,11 @@ def _taken_once_quantized(
     inputs: Sequence[Any],
     planned_for: Callable[[ExportedProgram], dict[str, str]],
 ) -> dict[str, str]:
-    """The nodes of ``program`` that ``backend`` takes once ``quantizer`` quantized the whole
-    model: what an integer-only backend (Ethos-U) is given, which takes no node of the float
-    model the plan first looks at. Its quantizer's annotations on them are the ones kept."""
+    """The nodes that ``backend`` takes once ``quantizer`` quantized the whole of ``program``
+    (by name: the float program's op nodes keep theirs; the q/dq nodes added are not in it):
+    what an integer-only backend (Ethos-U) is given, which takes no node of the float model
+    the plan first looks at. Its quantizer's annotations on them are the ones kept."""
     prepared = prepare_pt2e(program.module(check_guards=False), quantizer)
     prepared(*inputs)
     trial = torch.export.export(convert_pt2e(prepared), tuple(inputs))
-    float_nodes = {node.name for node in program.graph.nodes if node.op == "call_function"}
-    return {
-        node: taker
-        for node, taker in planned_for(trial).items()
-        if taker == backend and node in float_nodes
-    }
+    return {node: taker for node, taker in planned_for(trial).items() if taker == backend}

@@ -39,6 +39,11 @@ def _with_edge_forms(ops: Sequence[object]) -> set[object]:
     return {aten_to_edge(op) for op in ops} | set(ops)
 
 
+# ExecuTorch's check passes over quantize/dequantize (a backend keeps them whole, Core ML
+# does, and what it leaves runs on the quantized portable kernels composer loads).
+_QUANTIZE_DEQUANTIZE = frozenset(_with_edge_forms(_QUANT_PRIMITIVES))
+
+
 def aten_op(target: object) -> object:
     """The ATen op of an edge op (the form ``ops_to_not_decompose`` lists), else ``target``."""
     return getattr(target, "_op", target)
@@ -82,14 +87,11 @@ def kept_whole_but_left(
     # ``kept``: what the decomposition kept whole (the stack's answer before lowering, which
     # ``ops``, asked of the lowered program, may no longer list: the AOTInductor plugins').
     kept_whole = _with_edge_forms(preserved(kept)) | refused
-    # ExecuTorch's check passes over quantize/dequantize (a backend keeps them whole, Core ML
-    # does, and what it leaves runs on the quantized portable kernels composer loads).
-    quant_primitives = _with_edge_forms(_QUANT_PRIMITIVES)
     left: dict[str, tuple[str, dict[str, str]]] = {}
     for node in program.graph_module.graph.nodes:
         if node.op != "call_function" or node in taken or node.target not in kept_whole:
             continue
-        if node.target in quant_primitives:
+        if node.target in _QUANTIZE_DEQUANTIZE:
             continue
         # ExecuTorch's check refuses a node its filter keeps. The filter compares ATen ops, so
         # it passes every edge node, which then runs on its portable kernel if it has one

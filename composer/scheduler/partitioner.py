@@ -153,7 +153,8 @@ class ComposerPartitioner(Partitioner):
 
     def _stack_ops_to_not_decompose(self, ep: ExportedProgram, record: bool = True):
         # ``record``: each partitioner keeps its answer as ``kept_whole_ops`` (what the
-        # reasons of a node left whole name). ExecuTorch decomposes once per partitioner, each time with the full table minus
+        # reasons of a node left whole name).
+        # ExecuTorch decomposes once per partitioner, each time with the full table minus
         # that partitioner's ops: an op one backend keeps whole is decomposed by the pass of
         # any other partitioner, before it as well as after (XNNPACK's linear, split by an
         # earlier backend into permute + addmm, then fails XNNPACK's preprocess on 3-D
