@@ -1,25 +1,36 @@
-"""A fast check that partitioning and validation stay near-linear (bench/ has the numbers)."""
+"""Partitioning and validation stay near-linear in the graph's size.
+
+The work is counted, not timed: CPU time on a shared 2-core CI machine swings with its
+neighbours and caches (CI once saw a 2.64 ratio for linear code), while the lines of Python
+the algorithm executes are the same on every run and exactly double with the graph when it
+is linear; a quadratic step in Python shows as a ratio near 4. A quadratic step inside one
+builtin call (``list.index`` in a loop) is not seen here; bench/partition_bench.py times it.
+"""
 
 from __future__ import annotations
 
-import gc
-import time
+import sys
 
 from composer.scheduler.convex import partition_convex
 from composer.scheduler.validate import find_tag_cycle
 from composer.synthetic import AllButCumsum, chain_with_residuals
 
 
-def cpu_seconds(function) -> float:
-    gc.collect()
-    gc.disable()  # a collection landing in one run only would skew the ratio
+def lines_run(function) -> int:
+    """Lines of Python executed while ``function`` runs (generators' included)."""
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        count += 1
+        return trace
+
+    sys.settrace(trace)
     try:
-        # CPU time of this process: other test workers on the same cores barely move it.
-        start = time.process_time()
         function()
-        return time.process_time() - start
     finally:
-        gc.enable()
+        sys.settrace(None)
+    return count
 
 
 def plan_and_check(graph_module) -> None:
@@ -28,12 +39,8 @@ def plan_and_check(graph_module) -> None:
     assert find_tag_cycle(graph_module.graph, tags) is None
 
 
-def test_doubling_the_nodes_at_most_doubles_and_a_half_the_time():
-    small, large = chain_with_residuals(25_000, 7), chain_with_residuals(50_000, 7)
-    times: dict[str, list[float]] = {"small": [], "large": []}
-    for _ in range(7):  # interleaved, best of each
-        times["small"].append(cpu_seconds(lambda: plan_and_check(small)))
-        times["large"].append(cpu_seconds(lambda: plan_and_check(large)))
-    ratio = min(times["large"]) / min(times["small"])
-    print(f"50k/25k nodes time ratio: {ratio:.2f}")
-    assert ratio <= 2.5
+def test_doubling_the_nodes_at_most_doubles_the_work():
+    small, large = chain_with_residuals(10_000, 7), chain_with_residuals(20_000, 7)
+    ratio = lines_run(lambda: plan_and_check(large)) / lines_run(lambda: plan_and_check(small))
+    print(f"20k/10k nodes lines ratio: {ratio:.3f}")
+    assert ratio <= 2.1
