@@ -28,6 +28,13 @@ class CrashingCompilerBackend(BackendDetails):
         raise RuntimeError("the compiler crashed")
 
 
+class ChattyCompilerBackend(BackendDetails):
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        print("Network summary for the chatty compiler")  # as Vela does
+        raise RuntimeError("the compiler crashed")
+
+
 class PlainBytesBackend(BackendDetails):
     @staticmethod
     def preprocess(edge_program, compile_specs):
@@ -77,6 +84,7 @@ class NamedSpecs(ContractPlugin):
 PLUGINS = [
     ContractPlugin("crashing", "CrashingCompilerBackend"),
     ContractPlugin("plain_bytes", "PlainBytesBackend"),
+    ContractPlugin("chatty", "ChattyCompilerBackend"),
     ContractPlugin("no_class", "NoSuchBackend"),
     ContractPlugin("op_names", "CrashingCompilerBackend", keep_whole=["aten.linear.default"]),
     ContractPlugin("undecided", "CrashingCompilerBackend", support=CannotDecide),
@@ -156,6 +164,18 @@ def test_by_default_a_crashing_compiler_s_partitions_move_and_the_program_is_wri
     assert "failed to lower: RuntimeError: the compiler crashed" in out
     assert "proof: ran and matched eager" in out
     assert (tmp_path / "m.pte").stat().st_size > 0
+
+
+def test_what_a_compiler_prints_goes_to_stderr_not_into_composer_s_output(
+    capsys, tmp_path, monkeypatch, broken_plugins
+):
+    monkeypatch.chdir(tmp_path)
+    argv = ["lower", "zoo:mlp", "--backends", "chatty,xnnpack", "-o", "m.pte", "--no-cache"]
+    assert main([*argv, "--jobs", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "proof: ran and matched eager" in out
+    assert "Network summary" not in out
+    assert "Network summary for the chatty compiler" in err
 
 
 @pytest.mark.parametrize("broken", ["not_support", "undecided"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -174,6 +175,8 @@ def lower_edge(
 
     lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
     store = None if folder is None else Store(folder, "partition")
-    with reusing(lowering, store, progress, jobs) as reuse:
+    # A compiler's report (Vela prints its network summary) is a log: on stdout it would run
+    # into what composer writes there, `composer lower`'s table or `plan --json`.
+    with reusing(lowering, store, progress, jobs) as reuse, contextlib.redirect_stdout(sys.stderr):
         edge, result = lower_stack(program, resolved, registry, stand_ins, stack, progress, again)
     return edge, with_backend_facts(result, resolved), store is not None and reuse.unstored == 0
