@@ -101,6 +101,29 @@ def _quantized(name: str, dynamic: bool = False):
 QUANTIZED = ("resnet18", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2", "squeezenet")
 DYNAMIC_QUANTIZED = ("bert", "whisper_encoder", "deit_tiny", "t5_encoder")
 
+
+def _example(name: str):
+    """ExecuTorch's own example model ``name`` (``executorch.examples.models``), exported as
+    its factory gives it: example inputs, keyword inputs and dynamic shapes."""
+
+    def build():
+        from composer.corpus import _library
+
+        _library("torchvision")  # its CPU-less extension's ops defined, as the corpus does
+        from executorch.examples.models import MODEL_NAME_TO_MODEL
+        from executorch.examples.models.model_factory import EagerModelFactory
+
+        model, args, kwargs, dynamic = EagerModelFactory.create_model(*MODEL_NAME_TO_MODEL[name])
+        return torch.export.export(model.eval(), args, kwargs or None, dynamic_shapes=dynamic)
+
+    return build
+
+
+# ExecuTorch's example models that build here with no download (the others load pretrained
+# weights, torchaudio or torchsr); llama, llama2 and qwen3 are 200M-parameter defaults.
+EXAMPLES = ("mul", "linear", "add", "add_mul", "softmax", "conv1d", "lstm", "mv2_untrained",
+            "deep_autoencoder", "ds_cnn", "mobilenet_v1_025", "resnet8", "sdpa", "llama2")  # fmt: skip
+
 CASES = {
     "signal": _signal,
     "encoder": _encoder,
@@ -108,6 +131,7 @@ CASES = {
     "lstm": _lstm,
     **{f"quantized_{name}": _quantized(name) for name in QUANTIZED},
     **{f"dynamic_quantized_{name}": _quantized(name, True) for name in DYNAMIC_QUANTIZED},
+    **{f"example_{name}": _example(name) for name in EXAMPLES},
 }
 
 
