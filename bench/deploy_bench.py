@@ -124,6 +124,25 @@ def _example(name: str):
 EXAMPLES = ("mul", "linear", "add", "add_mul", "softmax", "conv1d", "lstm", "mv2_untrained",
             "deep_autoencoder", "ds_cnn", "mobilenet_v1_025", "resnet8", "sdpa", "llama2")  # fmt: skip
 
+
+def _dynamic_hf(name: str):
+    """A transformers model of bench/beyond_corpus.py, exported with a dynamic token count."""
+
+    def build():
+        from beyond_corpus import EXTRA
+        from torch.export import Dim
+
+        model, inputs = EXTRA[name]()
+        seq = Dim("seq", min=3, max=32)  # MobileBERT guards seq != 2
+        return torch.export.export(model.eval(), inputs, dynamic_shapes=({1: seq},))
+
+    return build
+
+
+# Encoders and decoders (no KV cache) of bench/beyond_corpus.py with a dynamic token count.
+DYNAMIC_HF = ("distilbert", "roberta", "albert", "mobilebert", "qwen2", "phi3", "gemma",
+              "opt", "gpt_neox", "bloom")  # fmt: skip
+
 CASES = {
     "signal": _signal,
     "encoder": _encoder,
@@ -132,6 +151,7 @@ CASES = {
     **{f"quantized_{name}": _quantized(name) for name in QUANTIZED},
     **{f"dynamic_quantized_{name}": _quantized(name, True) for name in DYNAMIC_QUANTIZED},
     **{f"example_{name}": _example(name) for name in EXAMPLES},
+    **{f"dynamic_{name}": _dynamic_hf(name) for name in DYNAMIC_HF},
 }
 
 
