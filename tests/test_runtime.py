@@ -38,3 +38,22 @@ def test_inputs_are_checked_against_the_method():
         loaded.check_inputs((x.long(),))
     loaded.check_inputs(inputs)
     torch.testing.assert_close(loaded.run(inputs)[0], model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("stack", ["xnnpack", "openvino,xnnpack"])
+def test_the_program_table_is_what_executorch_deserializes_without_the_segments(stack):
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    from composer.run.program_table import program_table
+
+    model, inputs = zoo.load("transformer_block")
+    buffer = composer.compose(model, stack, inputs, cache=False).buffer
+    table, whole = program_table(buffer), deserialize_pte_binary(buffer).program
+    assert whole.segments == [] and table.segments  # the weights and blobs stayed behind
+    for read, deserialized in zip(table.execution_plan, whole.execution_plan, strict=True):
+        assert read.delegates and [(d.id, d.compile_specs) for d in read.delegates] == [
+            (d.id, d.compile_specs) for d in deserialized.delegates
+        ]
+        assert (read.inputs, read.values, read.chains, read.operators) == (
+            deserialized.inputs, deserialized.values, deserialized.chains, deserialized.operators
+        )  # fmt: skip

@@ -12,6 +12,7 @@ from pathlib import Path
 import attrs
 
 from composer.measure.latency import BLOCK, Latency
+from composer.run.program_table import execution_plan
 from composer.run.runtime import LoadedProgram
 from composer.scheduler.plans import ETDUMP
 
@@ -121,12 +122,9 @@ def _latency_of(event) -> Latency:
 def program_instructions(program: bytes, method: str = "forward") -> list[tuple[str, str]] | None:
     """``(kind, name)`` of each delegate and kernel call in ``method``, in order; ``None``
     when the method jumps (control flow), so that order is not the order calls run in."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.exir.schema import DelegateCall, JumpFalseCall, KernelCall
 
-    plan = next(
-        p for p in deserialize_pte_binary(program).program.execution_plan if p.name == method
-    )
+    plan = execution_plan(program, method)
     found = []
     for chain in plan.chains:
         for instruction in chain.instructions:
@@ -153,12 +151,9 @@ def delegate_times(program: bytes, inputs: Sequence[object], runs: int) -> list[
 
 def delegate_backend_ids(program: bytes, method: str = "forward") -> list[str]:
     """The backend of each delegate call in ``method``'s instructions, in order."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.exir.schema import DelegateCall
 
-    plan = next(
-        p for p in deserialize_pte_binary(program).program.execution_plan if p.name == method
-    )
+    plan = execution_plan(program, method)
     return [
         plan.delegates[instruction.instr_args.delegate_index].id
         for chain in plan.chains

@@ -12,6 +12,7 @@ from composer.contract.errors import ComposerError
 from composer.contract.native_log import NativeLog
 from composer.registry.discovery import default_registry
 from composer.run.loads import note_loaded
+from composer.run.program_table import execution_plan, program_table
 
 # ExecuTorch's ScalarType codes, as MethodMeta reports an input's dtype.
 _SCALAR_TYPES = {
@@ -47,10 +48,8 @@ def registered_backends() -> set[str]:
 
 def program_libraries(program: bytes) -> dict[str, str]:
     """The library each delegate's backend was compiled with, as composer recorded it."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
     found: dict[str, str] = {}
-    for plan in deserialize_pte_binary(program).program.execution_plan:
+    for plan in program_table(program).execution_plan:
         for delegate in plan.delegates:
             for spec in delegate.compile_specs:
                 if spec.key == LIBRARY_SPEC_KEY:
@@ -186,18 +185,17 @@ def _fits(shape: tuple[int, ...], declared: tuple[int, ...], bounded: bool) -> b
 def bounded_inputs(program: bytes, method: str = "forward") -> frozenset[int]:
     """Indices of ``method``'s tensor inputs whose shape is dynamic (bounded by the sizes the
     runtime reports for them)."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
     from executorch.exir.schema import Tensor, TensorShapeDynamism
 
-    for plan in deserialize_pte_binary(program).program.execution_plan:
-        if plan.name == method:
-            return frozenset(
-                index
-                for index, value in enumerate(plan.inputs)
-                if isinstance(plan.values[value].val, Tensor)
-                and plan.values[value].val.shape_dynamism != TensorShapeDynamism.STATIC
-            )
-    return frozenset()
+    plan = execution_plan(program, method)
+    if plan is None:
+        return frozenset()
+    return frozenset(
+        index
+        for index, value in enumerate(plan.inputs)
+        if isinstance(plan.values[value].val, Tensor)
+        and plan.values[value].val.shape_dynamism != TensorShapeDynamism.STATIC
+    )
 
 
 def _describe(meta) -> str:
@@ -230,12 +228,8 @@ def installed_tolerance(program: bytes):
 
 def program_backend_ids(program: bytes) -> set[str]:
     """The ExecuTorch backend ids of ``program``'s delegates."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
     return {
-        delegate.id
-        for plan in deserialize_pte_binary(program).program.execution_plan
-        for delegate in plan.delegates
+        delegate.id for plan in program_table(program).execution_plan for delegate in plan.delegates
     }
 
 
