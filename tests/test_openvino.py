@@ -249,3 +249,38 @@ def test_a_node_pinned_off_openvino_stays_whole_where_executorch_lets_it():
     assert openvino["aten.upsample_nearest2d.vec"] == 1
     assert "aten.stack.default" not in openvino
     assert_runs_like_eager(composition)
+
+
+class ConcatenatesOne(torch.nn.Module):
+    """DenseNet's first layer of each dense block concatenates a list of one tensor: XNNPACK
+    leaves that ``cat``, and OpenVINO fails to convert it alone (OpConversionFailure)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(8, 8, 3, padding=1) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv in self.convs:
+            x = conv(torch.cat([torch.relu(x)], 1))
+        return x
+
+
+def test_every_partition_openvino_fails_to_convert_moves_in_one_repair():
+    # Plain ExecuTorch's xnnpack,openvino fails here (OpConversionFailure). The compiler is
+    # handed every partition before the repair: found one at a time, DenseNet-121's four such
+    # concatenations cost four more lowerings of the whole model.
+    torch.manual_seed(0)
+    lines: list[str] = []
+    composition = composer.compose(
+        ConcatenatesOne().eval(), "xnnpack,openvino", (torch.randn(1, 8, 16, 16),),
+        cache=False, progress=lines.append,
+    )  # fmt: skip
+    repairs = composition.plan.repairs
+    assert [r["partition"] for r in repairs] == [
+        f"openvino partition of aten_cat_default{suffix}" for suffix in ("", "_1", "_2")
+    ]
+    assert all(r["why"].startswith("failed to lower: OpConversionFailure") for r in repairs)
+    assert all(r["moved_to"] == {"portable": 1} for r in repairs)
+    assert sum("composing again" in line for line in lines) == 1
+    assert sum(line.startswith("openvino: ") for line in lines) == 2  # lowered twice, no more
+    assert composition.plan.proof.startswith("ran and matched eager")

@@ -14,9 +14,11 @@ class PluginError(ComposerError):
 
 
 class PreprocessFailed(PluginError):
-    """A backend's ``preprocess`` raised for one partition: ``backend`` and the edge program's
-    ``nodes`` it was given, which another backend may still take; ``origins`` maps each to the
-    node of the exported program it descends from (its name survives a re-decomposition)."""
+    """A backend's ``preprocess`` raised: ``backend`` and the edge program's ``nodes`` it was
+    given, which another backend may still take; ``origins`` maps each to the node of the
+    exported program it descends from (its name survives a re-decomposition). ``partitions``
+    splits ``nodes`` by the partition that failed, each with what its compiler raised (one,
+    the whole message, unless given)."""
 
     def __init__(
         self,
@@ -24,9 +26,11 @@ class PreprocessFailed(PluginError):
         backend: str,
         nodes: tuple[str, ...],
         origins: dict[str, str] | None = None,
+        partitions: tuple[tuple[tuple[str, ...], str], ...] = (),
     ) -> None:
         super().__init__(message)
         self.backend, self.nodes, self.origins = backend, nodes, dict(origins or {})
+        self.partitions = partitions or ((nodes, message),)
 
 
 class ModelError(ComposerError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from composer.contract.errors import first_line
 from composer.scheduler.origins import origin_name
@@ -23,18 +23,29 @@ def handed_nodes(programs: Iterable) -> dict[str, str]:
 
 class CompilerRaised(Exception):
     """Raised from composer's wrapper around a backend class's lowering
-    (``composer.lower.partition_cache``) when the class's compiler raised: ``nodes`` are those
-    of the partitions it was given (``handed_nodes``), one partition where the class lowers
-    them one at a time (ExecuTorch's default ``preprocess_multimethod``), every one where it
-    lowers all at once. The compiler's own error is ``error`` (and ``__cause__``).
+    (``composer.lower.partition_cache``) when the class's compiler raised. ``failures`` are
+    the partitions it raised on, each as the nodes composer handed it (``handed_nodes``) and
+    the compiler's error: every partition that failed where the class lowers them one at a
+    time (ExecuTorch's default ``preprocess_multimethod``: the others are still tried, so
+    that one repair moves them all), all of them as one where it lowers all at once.
+    ``nodes`` is their union, ``error`` (and ``__cause__``) the first error.
 
     Which partition failed is known from what composer handed over, whatever the backend
     raised and wherever, not from the traceback: a repair moves exactly those partitions."""
 
-    def __init__(self, backend_class: type, nodes: Mapping[str, str], error: BaseException):
-        self.nodes = dict(nodes)
-        self.error = error
-        super().__init__(f"{backend_class.__name__}.preprocess raised {said(error)}")
+    def __init__(
+        self,
+        backend_class: type,
+        failures: Sequence[tuple[Mapping[str, str], BaseException]],
+    ) -> None:
+        self.failures = [(dict(nodes), error) for nodes, error in failures]
+        self.nodes = {name: o for nodes, _ in self.failures for name, o in nodes.items()}
+        self.error = self.failures[0][1]
+        more = len(self.failures) - 1
+        super().__init__(
+            f"{backend_class.__name__}.preprocess raised {said(self.error)}"
+            + (f" (and on {more} more of the partitions it was handed)" if more else "")
+        )
 
 
 def said(error: BaseException, limit: int = 240) -> str:

@@ -13,8 +13,8 @@ import torch
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
 from torch.export import ExportedProgram
 
-from composer.contract.errors import ComposerError, PluginError, PreprocessFailed, first_line
-from composer.lower.compiler_raised import CompilerRaised
+from composer.contract.errors import ComposerError, PluginError, PreprocessFailed
+from composer.lower.compiler_raised import CompilerRaised, said
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.registry.discovery import Backend, Registry
@@ -177,7 +177,7 @@ def _lowering_error(
     """Name the backend (and plugin) a failure inside ExecuTorch's lowering belongs to."""
     raised = error if isinstance(error, CompilerRaised) else None
     cause = raised.error if raised is not None else error
-    happened = f"{type(cause).__name__}: {first_line(cause)}"
+    happened = said(cause)
     # ExecuTorch partitions and lowers one partitioner at a time, in list order.
     current = next((p for p in reversed(partitioners) if p.entered), None)
     if current is None:
@@ -210,12 +210,20 @@ def _lowering_error(
     everything = {name: name for partition in handed for name, _ in partition}
     if raised is not None and raised.nodes.keys() <= everything.keys():
         # What composer handed the compiler when it raised.
-        return PreprocessFailed(message, current.backend.name, tuple(raised.nodes), raised.nodes)
+        return PreprocessFailed(
+            message,
+            current.backend.name,
+            tuple(raised.nodes),
+            raised.nodes,
+            tuple((tuple(nodes), said(failed)) for nodes, failed in raised.failures),
+        )
     # ExecuTorch's own lowering raised, around the compiler: every partition handed over
     # moves, and the repaired program is proven again (the plan's repairs say so).
+    unknown = f"(in one of its {len(handed)} partition(s), not known which: all move)"
     return PreprocessFailed(
-        f"{message} (in one of its {len(handed)} partition(s), not known which: all move)",
+        f"{message} {unknown}",
         current.backend.name,
         tuple(everything),
         everything,
+        ((tuple(everything), f"{happened} {unknown}"),),
     )

@@ -26,7 +26,8 @@ from composer.run.proof import Culprit, ProgramFailed, prove
 from composer.scheduler.assign import node_pin
 from composer.scheduler.origins import origin_backends
 
-# Each repair moves one partition; a stack of k backends moves a node at most k times.
+# Rounds of repairs, each moving every partition found failing (all those a compiler raised
+# on, or the one delegate the proof names); a stack of k backends moves a node at most k times.
 MAX_REPAIRS = 16
 NOT_CHECKED = "not checked (check=False)"
 
@@ -49,20 +50,24 @@ def composed_and_proven(
     # quantized (DeiT-Tiny dynamically quantized, ShuffleNetV2 int8: XNNPACK alone) or moving
     # it leaves no program at all.
     closest: tuple[Composition, int, str] | None = None
-    while True:
-        culprit = lowering_error = None
+    for _round in range(MAX_REPAIRS + 1):
+        culprits: list[Culprit] = []
+        lowering_error = None
         try:
             with own_pins_unremarked(bool(failed)):
                 composition = build(current)
         except PreprocessFailed as error:
             lowering_error = error
-            culprit = Culprit(
-                error.backend,
-                f"{error.backend} partition of {error.nodes[0]}",
-                error.nodes,
-                f"failed to lower: {first_line(error).partition('raised ')[2] or first_line(error)}",
-                error.origins,
-            )
+            culprits = [
+                Culprit(
+                    error.backend,
+                    f"{error.backend} partition of {nodes[0]}",
+                    nodes,
+                    f"failed to lower: {raised}",
+                    {n: error.origins[n] for n in nodes if n in error.origins},
+                )
+                for nodes, raised in error.partitions
+            ]
         except ComposerError as error:
             return _closest_kept_or_raise(closest, failed, error)
         else:
@@ -76,6 +81,7 @@ def composed_and_proven(
                 if stack.placement == "strict":
                     raise
                 culprit = error.culprit
+                culprits = [culprit]
                 if culprit.adds_up and closest is None:
                     closest = (composition, len(failed), error.failure)
                     if _quantized(composition, culprit):
@@ -90,19 +96,23 @@ def composed_and_proven(
             raise PreprocessFailed(
                 f"{lowering_error}. placement='strict' moves nothing; drop it (or use "
                 "placement='priority') to hand these nodes to the next backend, or pin them off "
-                f"{culprit.backend} yourself.",
-                culprit.backend, culprit.nodes,
+                f"{culprits[0].backend} yourself.",
+                culprits[0].backend, lowering_error.nodes,
             )  # fmt: skip
-        pins = {node_pin(node) for node in culprit.nodes}
-        if pins <= current.never.get(culprit.backend, frozenset()) or len(failed) >= MAX_REPAIRS:
-            return _closest_kept_or_raise(closest, failed, ComposerError(
-                f"{culprit.describe()}, and moving it again changed nothing; "
-                + "; ".join(c.describe() for c in failed)
-            ))  # fmt: skip
-        failed.append(culprit)
-        say(f"moving {culprit.describe()}: its {len(culprit.nodes)} node(s) leave "
-            f"{culprit.backend}; composing again")  # fmt: skip
-        current = pinned_off(current, [(culprit.backend, culprit.nodes)])
+        pinned = current.never
+        if _round == MAX_REPAIRS or all(
+            {node_pin(n) for n in c.nodes} <= pinned.get(c.backend, frozenset()) for c in culprits
+        ):
+            break
+        failed.extend(culprits)
+        for index, culprit in enumerate(culprits, 1):
+            say(f"moving {culprit.describe()}: its {len(culprit.nodes)} node(s) leave "
+                f"{culprit.backend}" + ("; composing again" if index == len(culprits) else ""))  # fmt: skip
+        current = pinned_off(current, [(c.backend, c.nodes) for c in culprits])
+    return _closest_kept_or_raise(closest, failed, ComposerError(
+        f"{culprits[0].describe()}, and moving it again changed nothing; "
+        + "; ".join(c.describe() for c in failed)
+    ))  # fmt: skip
 
 
 @contextlib.contextmanager
