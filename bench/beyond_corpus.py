@@ -200,14 +200,19 @@ def main() -> None:
         print(json.dumps(compose_one(args.one, args.stack)))
         return
     for name in args.models.split(","):
-        child = subprocess.run(
-            [sys.executable, __file__, "--one", name, "--stack", args.stack],
-            capture_output=True, text=True, timeout=900, check=False,
-        )  # fmt: skip
-        lines = child.stdout.strip().splitlines()
+        try:
+            child = subprocess.run(
+                [sys.executable, __file__, "--one", name, "--stack", args.stack],
+                capture_output=True, text=True, timeout=900, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            lines, child = [], None
+        else:
+            lines = child.stdout.strip().splitlines()
         record = json.loads(lines[-1]) if lines else {
             "model": name, "stack": args.stack,
-            "error": f"the child exited {child.returncode}: {child.stderr[-300:]}",
+            "error": "no result in 900 s" if child is None
+            else f"the child exited {child.returncode}: {child.stderr[-300:]}",
         }  # fmt: skip
         with open(args.out, "a") as out:
             out.write(json.dumps(record) + "\n")
