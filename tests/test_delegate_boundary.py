@@ -348,3 +348,27 @@ def test_a_boundary_reason_that_is_not_a_string_is_a_plugin_error(monkeypatch):
         "or None."
     )):  # fmt: skip
         composer.plan(model, ["boundary"], inputs, cache=False)
+
+
+class ShiftedWindowMask(torch.nn.Module):
+    """Swin's attention mask: regions of a zero tensor filled with a running count, each a
+    0-d lifted constant that a clone reads."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros((4, 4))
+        for count, rows in enumerate((slice(0, 1), slice(1, 3), slice(3, None))):
+            mask[rows, :] = count
+        return torch.relu(x * 2 + mask)
+
+
+def test_a_constant_xnnpack_s_partitioner_leaves_out_reaches_its_delegate_as_an_input():
+    # Plain ExecuTorch hands XNNPACK the 0-d constants as delegate inputs and runs; baked
+    # into XNNPACK's blobs, as composer did for a constant one partition alone reads, every
+    # delegate call failed at run time (torchvision's swin_t alike).
+    torch.manual_seed(0)
+    composition = composer.compose(
+        ShiftedWindowMask(), "xnnpack", (torch.randn(4, 4),), cache=False
+    )
+    assert composition.plan.repairs == ()
+    assert composition.plan.proof.startswith("ran and matched eager")
+    assert composition.plan.nodes_on("xnnpack")

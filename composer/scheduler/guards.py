@@ -85,7 +85,9 @@ def constant_nbytes(program: ExportedProgram, state_name: str) -> int:
     return 0
 
 
-def tag_constants(program: ExportedProgram, backend_wants: set[torch.fx.Node]) -> int:
+def tag_constants(
+    program: ExportedProgram, backend_wants: set[torch.fx.Node], only_wanted: bool = False
+) -> int:
     """Give constants and control-flow submodules the tag of the partition that reads them.
 
     The policy for a constant read outside one partition is *share*: it stays untagged and
@@ -93,6 +95,12 @@ def tag_constants(program: ExportedProgram, backend_wants: set[torch.fx.Node]) -
     own partitioner asked for (``backend_wants``), which a backend like XNNPACK must bake
     into its blob: it follows its first tagged reader and ExecuTorch duplicates it for the
     other readers. Returns the bytes so duplicated.
+
+    With ``only_wanted`` (the backend's own partitioner chose, as in plain ExecuTorch) a
+    constant it did not ask for stays an input even where one partition alone reads it:
+    XNNPACK takes a 0-d lifted constant that a clone reads (Swin's attention mask) as an
+    input, and baked into its blob the delegate fails at run time ("Failed to retrieve dim
+    order from tensor").
     """
     constants = constant_placeholders(program)
     mutated = mutated_buffer_placeholders(program)
@@ -104,7 +112,7 @@ def tag_constants(program: ExportedProgram, backend_wants: set[torch.fx.Node]) -
             continue
         user_tags = [user.meta.get(TAG) for user in node.users]
         distinct = set(user_tags)
-        if len(distinct) == 1 and None not in distinct:
+        if len(distinct) == 1 and None not in distinct and (not only_wanted or is_submodule):
             node.meta[TAG] = user_tags[0]
         elif node in backend_wants and distinct - {None}:
             node.meta[TAG] = next(tag for tag in user_tags if tag is not None)

@@ -326,7 +326,11 @@ class ComposerPartitioner(Partitioner):
             for node in members:
                 node.meta[TAG] = tag
             tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
-        duplicated = tag_constants(exported_program, support.wanted_constants | bounded.constants)
+        duplicated = tag_constants(
+            exported_program,
+            support.wanted_constants | bounded.constants,
+            only_wanted=support.native,
+        )
         owned = tag_state(exported_program, set(tags)) if self.backend.spec.keeps_state else {}
         check_lowerable(graph, f"backend {self.backend.name!r}")
         self._report(partitions, time.perf_counter() - started)

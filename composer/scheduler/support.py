@@ -37,6 +37,8 @@ class Support:
     # delegate of the given partition's nodes, or None if it can (composer.scheduler.boundary);
     # None: every tensor can
     refuses_at_boundary: BoundaryCheck | None = None
+    # its native partitioner answered, constants included (composer.scheduler.guards)
+    native: bool = False
 
     def names(self, graph: torch.fx.Graph, guarded: set[torch.fx.Node]) -> set[str]:
         """Names of the ops of ``graph`` it takes, partition sizes aside."""
@@ -190,4 +192,5 @@ def _native_support(
         lambda node: f"not tagged by {name}",
         list(specs[0]) if specs else [],
         wanted,
+        native=True,
     )
