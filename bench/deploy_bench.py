@@ -41,6 +41,7 @@ from composer.lower.export import eager_of, example_inputs_of
 from composer.measure.latency import interleaved
 from composer.run.compare import compare
 from composer.run.inputs import flat_inputs, sizes_to_prove
+from composer.run.program_table import execution_plan
 from composer.run.runtime import LoadedProgram
 from composer.scheduler.dynamic_dims import dynamic_dims
 from composer.scheduler.quantized import output_tolerance
@@ -170,10 +171,7 @@ def _plain(program, backends: list[str]) -> tuple[bytes, float]:
 
 
 def _planned_bytes(buffer: bytes) -> int:
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    plan = deserialize_pte_binary(buffer).program.execution_plan[0]
-    return sum(plan.non_const_buffer_sizes[1:])
+    return sum(execution_plan(buffer).non_const_buffer_sizes[1:])
 
 
 def _check(buffer: bytes, eager, inputs, tolerance=None) -> tuple[bool, float, str]:

@@ -99,9 +99,9 @@ def composed_and_proven(
                 f"{culprits[0].backend} yourself.",
                 culprits[0].backend, lowering_error.nodes,
             )  # fmt: skip
-        pinned = current.never
         if _round == MAX_REPAIRS or all(
-            {node_pin(n) for n in c.nodes} <= pinned.get(c.backend, frozenset()) for c in culprits
+            {node_pin(n) for n in c.nodes} <= current.never.get(c.backend, frozenset())
+            for c in culprits
         ):
             break
         failed.extend(culprits)

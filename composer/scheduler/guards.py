@@ -98,10 +98,9 @@ def tag_constants(
 
     With ``only_wanted`` (the backend's own partitioner chose, as in plain ExecuTorch) a
     lifted tensor constant it did not ask for stays an input even where one partition alone
-    reads it (parameters and buffers keep the policy above):
-    XNNPACK takes a 0-d lifted constant that a clone reads (Swin's attention mask) as an
-    input, and baked into its blob the delegate fails at run time ("Failed to retrieve dim
-    order from tensor").
+    reads it; parameters and buffers keep the policy above. XNNPACK takes a 0-d lifted
+    constant that a clone reads (Swin's attention mask) as an input, and baked into its blob
+    the delegate fails at run time ("Failed to retrieve dim order from tensor").
     """
     constants = constant_placeholders(program)
     mutated = mutated_buffer_placeholders(program)
@@ -114,8 +113,8 @@ def tag_constants(
             continue
         user_tags = [user.meta.get(TAG) for user in node.users]
         distinct = set(user_tags)
-        chosen_by_backend = only_wanted and node.name in lifted
-        if len(distinct) == 1 and None not in distinct and not chosen_by_backend:
+        left_as_input = only_wanted and node.name in lifted
+        if len(distinct) == 1 and None not in distinct and not left_as_input:
             node.meta[TAG] = user_tags[0]
         elif node in backend_wants and distinct - {None}:
             node.meta[TAG] = next(tag for tag in user_tags if tag is not None)
