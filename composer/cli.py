@@ -22,7 +22,10 @@ def _stack(args: argparse.Namespace):
     if args.config and not path.is_file():
         raise ComposerError(f"no such config file: {args.config}")
     placement = "strict" if args.no_consolidate else args.placement
-    return stack_from(path, args.backends, args.option, placement, args.tune_budget, args.threads)
+    return stack_from(
+        path, args.backends, args.option, placement, args.tune_budget, args.threads,
+        getattr(args, "repair_time", None),
+    )  # fmt: skip
 
 
 def _backends(args: argparse.Namespace) -> int:
@@ -276,17 +279,26 @@ def _run(args: argparse.Namespace) -> int:
         _print_runner_latency(runner, program, data_paths, flat, args.bench, args.threads)
     if eager is None:
         return 0
-    from composer.run.compare import compare
+    from composer.run.accuracy import judge, run_in_precision, truth
     from composer.run.runtime import installed_tolerance
 
     with torch.no_grad():
         expected = eager(*inputs)
     tolerance = installed_tolerance(buffer)
-    ok, worst = compare(outputs, expected, tolerance)
-    verdict = "OK" if ok else "MISMATCH"
-    within = "" if tolerance is None else f" (within atol {tolerance.atol:g} rtol " \
-        f"{tolerance.rtol:g}: {tolerance.reason})"  # fmt: skip
-    print(f"compare with {args.compare}: {verdict}, max |pte - eager| = {worst:.3g}{within}")
+    eager_in = tolerance.precision if tolerance is not None else ""
+    if eager_in:
+        # a backend computing in bf16 by design is held to eager in bf16
+        lowered = run_in_precision(eager, inputs, getattr(torch, eager_in))
+        expected, eager_in = (lowered, eager_in) if lowered is not None else (expected, "")
+    reference, truth_name = truth(eager, inputs)
+    verdict = judge(outputs, expected, reference, steps=tolerance.steps if tolerance else 0,
+                    truth_name=truth_name, eager_in=eager_in)  # fmt: skip
+    ok, worst = verdict.ok, verdict.max_abs_error
+    verdict_word = "OK" if ok else "MISMATCH"
+    print(
+        f"compare with {args.compare}: {verdict_word}, max |pte - eager| = {worst:.3g}; "
+        f"{verdict.describe()}"
+    )
     return 0 if ok else 1
 
 
@@ -423,6 +435,11 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tune-budget", type=float, metavar="SECONDS",
         help="with --placement measured: stop composing new candidates after this long",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repair-time", type=float, metavar="TIMES",
+        help="how long repairs may search for a program that runs and is right, in multiples "
+        "of the first compose (default 3); then composer stops, says why, and writes nothing",
     )  # fmt: skip
     _add_threads_argument(parser)
     parser.add_argument(

@@ -50,6 +50,7 @@ KEYS = {
     "tune_budget",
     "threads",
     "keep_whole",
+    "repair_time",
 }
 
 
@@ -60,6 +61,7 @@ def stack_from(
     placement: str | None = None,
     tune_budget: float | None = None,
     threads: int | None = None,
+    repair_time: float | None = None,
 ) -> Stack:
     """The stack of the config at ``path`` (None: no config), with the command line's
     ``--backends a,b``, ``--option BACKEND.NAME=VALUE``, ``--placement``, ``--tune-budget``
@@ -81,6 +83,8 @@ def stack_from(
         fields["tune_budget"] = tune_budget
     if threads is not None:
         fields["threads"] = threads
+    if repair_time is not None:
+        fields["repair_time"] = repair_time
     if not fields.get("backends"):
         raise ComposerError(
             "no backends given: pass --backends a,b or set backends in [tool.composer] of "
@@ -151,6 +155,13 @@ def _fields(table: dict[str, Any], path: Path | str) -> dict[str, Any]:
         if isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0:
             raise ComposerError(f"{path}: tune_budget must be a number of seconds >= 0.")
         fields["tune_budget"] = float(budget)
+    if "repair_time" in table:
+        repair = table["repair_time"]
+        if isinstance(repair, bool) or not isinstance(repair, int | float) or repair < 0:
+            raise ComposerError(
+                f"{path}: repair_time must be a number >= 0 (times the first compose)."
+            )
+        fields["repair_time"] = float(repair)
     if "keep_whole" in table:
         if table["keep_whole"] not in KEEP_WHOLE:
             raise ComposerError(

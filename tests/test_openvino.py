@@ -76,19 +76,22 @@ def test_a_program_from_another_openvino_says_which_versions_differ(cumsum_mlp_x
     assert "0x" not in message
 
 
-def test_openvino_tolerance_is_stated_and_xnnpack_keeps_the_default():
+def test_openvino_precision_is_stated_and_xnnpack_is_held_to_fp32_eager():
     model, inputs = zoo.load("mlp")
     alone = composer.compose(model, ["openvino"], inputs)
     result = alone.verify()
     assert result.ok, str(result)
+    assert result.verdict.truth == "fp64" and "against fp64" in str(result)
     tolerance = alone.plan.tolerance()
     if tolerance is not None:  # a CPU with bf16 instructions: OpenVINO computes in bf16
-        assert "bf16" in tolerance.reason and tolerance.reason in str(result)
-        assert alone.plan.to_dict()["tolerances"]["openvino"]["rtol"] == tolerance.rtol
+        assert "bf16" in tolerance.reason and tolerance.precision == "bfloat16"
+        assert "eager bfloat16" in str(result)  # held to what eager achieves in bf16
+        assert alone.plan.to_dict()["tolerances"]["openvino"]["precision"] == "bfloat16"
+        assert "precision openvino: judged against eager in bfloat16" in alone.plan.summary_table()
     xnnpack = composer.compose(model, ["xnnpack", "openvino"], inputs)
     assert xnnpack.plan.nodes_on("openvino") == []
-    assert xnnpack.plan.tolerance() is None  # openvino took nothing: XNNPACK's default holds
-    assert xnnpack.verify().tolerance is None
+    assert xnnpack.plan.tolerance() is None  # openvino took nothing: fp32 eager is the bar
+    assert xnnpack.verify().verdict.eager_in == ""
 
 
 def test_pins_and_minimum_sizes_apply_to_openvino():

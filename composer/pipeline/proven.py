@@ -7,9 +7,11 @@ stack composed again, so its nodes go to the next backend that takes them or to 
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
 
 import attrs
 
@@ -18,7 +20,6 @@ from composer.contract.errors import (
     ComposerWarning,
     PreprocessFailed,
     StalePinWarning,
-    first_line,
 )
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
@@ -39,17 +40,17 @@ def composed_and_proven(
     check: bool,
     progress: Callable[[str], None] | None = None,
 ) -> Composition:
-    """``build(stack)``, proven where a runtime here runs it, repaired until it runs: each
-    partition that failed is pinned off its backend and ``build`` called again. The plan says
-    what was moved and why (``plan.repairs``) and how the proof went (``plan.proof``)."""
+    """``build(stack)``, proven where a runtime here runs it, repaired until it runs and is right:
+    each partition that failed is pinned off its backend and ``build`` called again, for at most
+    ``stack.repair_time`` times as long as the first compose took. The plan says what was moved
+    and why (``plan.repairs``) and how the proof went (``plan.proof``). A program that is not
+    right is never returned: where repairs run out, the error says what is wrong and what was
+    tried."""
     say = progress or (lambda line: None)
     failed: list[Culprit] = []
     current = stack
-    # The first program that ran and missed eager only by its delegates' errors adding up,
-    # with the repairs it had and the proof's words: kept where its worst delegate is
-    # quantized (DeiT-Tiny dynamically quantized, ShuffleNetV2 int8: XNNPACK alone) or moving
-    # it leaves no program at all.
-    closest: tuple[Composition, int, str] | None = None
+    started = time.perf_counter()
+    first_compose: float | None = None
     for _round in range(MAX_REPAIRS + 1):
         culprits: list[Culprit] = []
         lowering_error = None
@@ -69,29 +70,21 @@ def composed_and_proven(
                 for nodes, raised in error.partitions
             ]
         except ComposerError as error:
-            return _closest_kept_or_raise(closest, failed, error)
+            _raise_with_tried(error, failed)
         else:
             if not check:
                 return _finished(composition, failed, NOT_CHECKED)
             try:
                 proof = prove(composition)
             except ProgramFailed as error:
-                if error.culprit is None:
-                    return _closest_kept_or_raise(closest, failed, error)
-                if stack.placement == "strict":
-                    raise
-                culprit = error.culprit
-                culprits = [culprit]
-                if culprit.adds_up and closest is None:
-                    closest = (composition, len(failed), error.failure)
-                    if _quantized(composition, culprit):
-                        return _kept(closest, failed, why=(
-                            f"{culprit.partition}, the one erring most, is quantized (every "
-                            "integer kernel rounds its own way; moved, it would only match "
-                            "the reference's rounding on portable kernels, many times slower)"
-                        ))  # fmt: skip
+                if not error.culprits or stack.placement == "strict":
+                    _raise_with_tried(error, failed)
+                culprits = list(error.culprits)
             else:
                 return _finished(composition, failed, proof.describe())
+        if first_compose is None and lowering_error is None:
+            # the first round that built a program and proved it: what a compose costs
+            first_compose = time.perf_counter() - started
         if stack.placement == "strict":  # a run-time failure under strict was raised above
             raise PreprocessFailed(
                 f"{lowering_error}. placement='strict' moves nothing; drop it (or use "
@@ -104,15 +97,34 @@ def composed_and_proven(
             for c in culprits
         ):
             break
+        spent = time.perf_counter() - started
+        if first_compose is not None and spent > first_compose * (1 + stack.repair_time):
+            raise ComposerError(
+                f"{culprits[0].describe()}; repairs stopped after {spent:.0f} s, past "
+                f"repair_time={stack.repair_time:g} times the first compose and proof "
+                f"({first_compose:.0f} s). Tried: {'; '.join(c.describe() for c in failed)}. Nothing was written: "
+                "raise repair_time (--repair-time) to search longer, or pin the failing "
+                f"nodes off {culprits[0].backend} yourself."
+            )
         failed.extend(culprits)
+        round_words = f"repair {_round + 1}: "
         for index, culprit in enumerate(culprits, 1):
-            say(f"moving {culprit.describe()}: its {len(culprit.nodes)} node(s) leave "
+            say(f"{round_words}moving {culprit.describe()}: its {len(culprit.nodes)} node(s) leave "
                 f"{culprit.backend}" + ("; composing again" if index == len(culprits) else ""))  # fmt: skip
         current = pinned_off(current, [(c.backend, c.nodes) for c in culprits])
-    return _closest_kept_or_raise(closest, failed, ComposerError(
-        f"{culprits[0].describe()}, and moving it again changed nothing; "
-        + "; ".join(c.describe() for c in failed)
-    ))  # fmt: skip
+    _raise_with_tried(ComposerError(
+        f"{culprits[0].describe()}, and moving it again changed nothing"
+    ), failed)  # fmt: skip
+
+
+def _raise_with_tried(error: ComposerError, failed: Sequence[Culprit]) -> NoReturn:
+    """``error``, with the repairs tried before it said, where there were any: nothing is
+    written, and the user sees what was wrong and what was moved."""
+    if not failed:
+        raise error
+    tried = "; ".join(c.describe() for c in failed)
+    error.args = (f"{error} (after moving: {tried})", *error.args[1:])
+    raise error
 
 
 @contextlib.contextmanager
@@ -162,44 +174,6 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
     composition.plan = attrs.evolve(plan, proof=proof, repairs=repairs)
     _warn_of_portable_kernels(repairs, plan.backends)
     return composition
-
-
-def _closest_kept_or_raise(
-    closest: tuple[Composition, int, str] | None, failed: list[Culprit], error: ComposerError
-) -> Composition:
-    """Where nothing more can be tried: the closest program kept, if there is one; else the
-    error."""
-    if closest is None:
-        raise error
-    tried = failed[closest[1]].partition
-    return _kept(closest, failed, stacklevel=5, why=(
-        f"moving {tried}, the one erring most, left no program ({first_line(error)}); no "
-        f"placement composer could try does better ({tried} cannot move)"
-    ))  # fmt: skip
-
-
-def _quantized(composition: Composition, culprit: Culprit) -> bool:
-    return any(p.id == culprit.partition and p.quantized for p in composition.plan.partitions)
-
-
-def _kept(
-    closest: tuple[Composition, int, str], failed: list[Culprit], why: str, stacklevel: int = 4
-) -> Composition:
-    """The program whose delegates each match their own subgraph and whose errors add up,
-    kept as plain ExecuTorch would write it, with ``why`` it was not moved further."""
-    composition, repaired, words = closest
-    warnings.warn(
-        f"the program {words}, past the tolerance, though each delegate matches its own "
-        f"subgraph: {why}, so it is kept, as plain ExecuTorch would write it: check its "
-        "accuracy on real data.",
-        ComposerWarning,
-        stacklevel=stacklevel,  # compose()'s caller
-    )
-    proof = (
-        f"ran; {words}, with every delegate within tolerance of its own subgraph (their errors "
-        f"add up); {why}: kept as composed"
-    )
-    return _finished(composition, failed[:repaired], proof)
 
 
 def _backends_by_origin(composition: Composition) -> dict[str, str]:

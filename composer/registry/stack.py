@@ -79,6 +79,9 @@ class Stack:
     - ``threads``: how many threads the ExecuTorch runtime gives XNNPACK in this process
       (:mod:`composer.run.cpu_threads`), set before composer runs a program; ``None``: the
       runtime's default, one per core. Measured placement times candidates with them.
+    - ``repair_time``: how long repairs may search for a program that runs and is right, as a
+      multiple of the first compose (with its proof); past it, composer stops with what is
+      wrong, at which size, and what it moved, and writes nothing.
     """
 
     backends: tuple[str, ...] = attrs.field(converter=backend_names)
@@ -89,6 +92,7 @@ class Stack:
     tune_budget: float | None = None
     threads: int | None = None
     keep_whole: str = "priority"
+    repair_time: float = 3.0
 
     def __attrs_post_init__(self) -> None:
         for what, given in (
@@ -122,6 +126,11 @@ class Stack:
             raise ComposerError(f"tune_budget must be a number of seconds >= 0, not {budget!r}.")
         if self.threads is not None and not is_count(self.threads):
             raise ComposerError(f"threads must be a whole number >= 1, not {self.threads!r}.")
+        repair = self.repair_time
+        if isinstance(repair, bool) or not isinstance(repair, int | float) or repair < 0:
+            raise ComposerError(
+                f"repair_time must be a number >= 0 (times the first compose), not {repair!r}."
+            )
 
     @classmethod
     def of(cls, stack: Stack | str | Sequence[str], **fields: Any) -> Stack:
@@ -158,6 +167,7 @@ class Stack:
             placement=placement,
             threads=self.threads,
             keep_whole=self.keep_whole,
+            repair_time=self.repair_time,
         )
 
     def with_defaults(self, resolved: Sequence[Backend]) -> Stack:

@@ -23,6 +23,9 @@ from typing import Protocol
 
 import torch
 import torch.fx
+from executorch.exir.passes import MemoryPlanningPass
+from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from composer.contract.errors import ComposerError
 from composer.run import torch_free_runtime
@@ -161,10 +164,10 @@ def _delegate_method(lowered):
     if mismatch is None:
         if backend not in registered_backends():
             raise ComposerError(f"the pip runtime has no {backend}")
-        program = LoadedProgram(lowered.buffer())
+        program = LoadedProgram(standalone_buffer(lowered))
         return program, program.method.execute, "executorch"
     if backend in torch_free_runtime.backends():
-        method = torch_free_runtime.TorchFreeMethod(lowered.buffer())
+        method = torch_free_runtime.TorchFreeMethod(standalone_buffer(lowered))
         name = f"{torch_free_runtime.DISTRIBUTION} (ExecuTorch {torch_free_runtime.version()})"
         return method, method.execute, name
     raise ComposerError(
@@ -172,6 +175,22 @@ def _delegate_method(lowered):
         + ("has no " + backend if torch_free_runtime.backends() else "is not installed")
         + " (pip install it; it needs Python 3.12)"
     )
+
+
+class _UpperBoundPlanning(PassBase):
+    """Memory planning at each dynamic dim's upper bound, as ``to_executorch`` plans a dynamic
+    program with ``ConstraintBasedSymShapeEvalPass``: ``LoweredBackendModule.program()`` plans
+    a delegate's own program without any such pass, and its emitter then fails on a tensor of
+    symbolic size ("Non-const tensor should be an activation tensor: mem_offset 16*CeilToInt(...)")."""
+
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        ConstraintBasedSymShapeEvalPass()(graph_module)
+        return MemoryPlanningPass()(graph_module)
+
+
+def standalone_buffer(lowered) -> bytes:
+    """One delegate as a program of its own, planned at its inputs' upper bounds."""
+    return lowered.buffer(memory_planning=_UpperBoundPlanning())
 
 
 def _is_delegate_call(node: torch.fx.Node) -> bool:

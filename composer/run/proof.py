@@ -20,10 +20,10 @@ import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
-from composer.run.compare import compare
+from composer.run.accuracy import judge, run_in_precision, truth
 from composer.run.inputs import flat_inputs, sizes_to_prove
 from composer.run.runtime import program_backend_ids, runtime_can_run
-from composer.run.verification import Verification, eager_outputs, verify
+from composer.run.verification import Verification, expected_outputs, verify
 from composer.scheduler.origins import origin_name
 from composer.scheduler.plans import Plan, partition_of
 
@@ -54,8 +54,8 @@ class Culprit:
     # node -> the exported program's node it descends from: a repaired program may decompose
     # the op differently (OpenVINO's permute + addmm, XNNPACK's whole linear), names change.
     origins: Mapping[str, str] = attrs.field(factory=dict)
-    # Every delegate matched its own subgraph; the program's errors added up past the
-    # tolerance. Moving this one is a try at a closer program, not a repair of a wrong one.
+    # Every delegate matched its own subgraph and the program missed: this one erred most.
+    # Moving it is a try at a program that is right, not the repair of a known culprit.
     adds_up: bool = False
 
     def describe(self) -> str:
@@ -63,13 +63,17 @@ class Culprit:
 
 
 class ProgramFailed(ComposerError):
-    """The composed program failed to run or to match eager; ``culprit`` is the partition whose
-    delegate failed (``None`` where running the delegates one by one found none)."""
+    """The composed program failed to run or to match eager; ``culprits`` are the partitions
+    whose delegates failed (none where running the delegates one by one found none)."""
 
-    def __init__(self, message: str, culprit: Culprit | None, failure: str = "") -> None:
+    def __init__(self, message: str, culprits: Sequence[Culprit], failure: str = "") -> None:
         super().__init__(message)
-        self.culprit = culprit
+        self.culprits = tuple(culprits)
         self.failure = failure  # "does not match eager: max |composed - eager| = 0.03"
+
+    @property
+    def culprit(self) -> Culprit | None:
+        return self.culprits[0] if self.culprits else None
 
 
 @attrs.frozen
@@ -93,7 +97,10 @@ class Proof:
         at = f" at {len(self.sizes)} sizes: {'; '.join(self.sizes)}" if len(self.sizes) > 1 else ""
         if self.skipped:
             at += f" (eager refused {'; '.join(self.skipped)})"
-        return f"ran and matched eager{at} in {self.seconds:.2f} s ({self.verification.executor})"
+        return (
+            f"ran and matched eager{at} in {self.seconds:.2f} s ({self.verification.executor}): "
+            f"{self.verification.verdict.describe()}"
+        )
 
 
 def can_prove(program: bytes) -> tuple[bool, str]:
@@ -125,7 +132,7 @@ def prove(composition: Provable) -> Proof:
     skipped: list[str] = []
     for label, inputs in sizes:
         try:
-            expected = eager_outputs(composition, inputs)
+            expected = expected_outputs(composition, inputs)
         except Exception:
             if label == "example":
                 raise
@@ -142,12 +149,12 @@ def prove(composition: Provable) -> Proof:
                 continue
             failure = (
                 f"does not match eager{at}: max |composed - eager| = "
-                f"{verification.max_abs_error:.3g}"
+                f"{verification.max_abs_error:.3g}; {verification.verdict.describe()}"
             )
-        culprit = localize(composition, inputs, mismatch=failure.startswith("does not match"))
-        where = f"; {culprit.partition} ({culprit.backend}) {culprit.why}" if culprit else ""
+        culprits = localize_all(composition, inputs, mismatch=failure.startswith("does not match"))
+        where = "".join(f"; {c.partition} ({c.backend}) {c.why}" for c in culprits)
         raise ProgramFailed(
-            f"the composed program {failure}{where} (found by {HOW})", culprit, failure
+            f"the composed program {failure}{where} (found by {HOW})", culprits, failure
         )
     seconds = time.perf_counter() - started
     return Proof(verification, why, seconds, tuple(ran) if len(sizes) > 1 else (), tuple(skipped))
@@ -156,12 +163,22 @@ def prove(composition: Provable) -> Proof:
 def localize(
     composition: Provable, inputs: Sequence[Any] | None = None, *, mismatch: bool = False
 ) -> Culprit | None:
-    """The first delegate, in the order the program runs them, that fails to load, to run, or
-    to match its own subgraph on the inputs the Python reference gives it.
+    """The first of :func:`localize_all`'s culprits, or ``None``."""
+    found = localize_all(composition, inputs, mismatch=mismatch)
+    return found[0] if found else None
 
-    With ``mismatch`` (the program ran but missed eager) and every delegate within tolerance
-    of its own subgraph, the errors add up across delegates (bf16 in each of shufflenet_v2's
-    OpenVINO partitions): the delegate that errs most is named, so that moving it can help.
+
+def localize_all(
+    composition: Provable, inputs: Sequence[Any] | None = None, *, mismatch: bool = False
+) -> list[Culprit]:
+    """Every delegate, in the order the program runs them, that fails to load, to run, or to
+    match its own subgraph on the inputs the Python reference gives it: all of them move in
+    one repair (an OpenVINO program at a dynamic size has every delegate wrong at once).
+
+    Each delegate is judged as the program is (composer.run.accuracy): against its subgraph
+    run in float64, beside the subgraph run as eager runs it. With ``mismatch`` (the program
+    ran but missed) and every delegate within its allowance, the delegate that errs most
+    (furthest toward its allowance) is named, so that moving it can be tried.
     """
     plan = composition.plan
     reference = copy.deepcopy(composition.reference)
@@ -182,46 +199,52 @@ def localize(
     data = cuda_manifest.named_data(composition.buffer, composition.data_files) if has_cuda else {}
     finder = _DelegateChecker(reference, plan, data)
     with torch.no_grad():
-        try:
-            finder.run(*inputs)
-        except _Found as found:
-            return culprit(found.lowered_name, found.why)
+        finder.run(*inputs)
+    if finder.failed:
+        found = [culprit(name, why) for name, why in finder.failed]
+        return [c for c in found if c is not None]
     if finder.unchecked and (not mismatch or finder.worst is None):
-        # Only delegates that cannot be checked alone are left (a delegate of symbolic size
-        # has no standalone program): the first of them is the suspect, and the repaired
-        # program is proven again whole.
+        # Only delegates that cannot be checked alone are left: the first of them is the
+        # suspect, and the repaired program is proven again whole.
         lowered_name, why = finder.unchecked[0]
-        return culprit(
+        found = culprit(
             lowered_name, f"is the first delegate that could not be checked alone ({why})"
         )
+        return [found] if found is not None else []
     if mismatch and finder.worst is not None:
-        error, lowered_name = finder.worst
+        share, lowered_name = finder.worst
         found = culprit(
             lowered_name,
-            f"errs most of the delegates (max error {error:.3g} against its own subgraph, "
-            "within tolerance; the program's errors add up past it)",
+            f"errs most of the delegates ({share:.0%} of its allowance against its own "
+            "subgraph; the program as a whole missed)",
         )
-        return None if found is None else attrs.evolve(found, adds_up=True)
-    return None
-
-
-class _Found(Exception):
-    """The delegate found: control flow out of the interpreter, caught by localize."""
-
-    def __init__(self, lowered_name: str, why: str) -> None:
-        self.lowered_name, self.why = lowered_name, why
+        return [] if found is None else [attrs.evolve(found, adds_up=True)]
+    return []
 
 
 class _DelegateChecker(torch.fx.Interpreter):
     """Runs the Python reference; at each delegate call, runs the delegate's compiled code on
-    the same inputs and compares; the first that fails stops the run (``_Found``)."""
+    the same inputs and judges it; those that fail are listed (``failed``), and the run goes
+    on with the reference's values."""
 
     def __init__(self, module: torch.fx.GraphModule, plan: Plan, data: Mapping[str, bytes]) -> None:
         super().__init__(module)
-        self.tolerance = plan.tolerance()
+        self.plan = plan
+        tolerance = plan.tolerance()
+        self.steps = tolerance.steps if tolerance is not None else 0
         self.data = data  # the program's named data (a CUDA delegate's .so and weights)
-        self.worst: tuple[float, str] | None = None  # the largest error within tolerance
+        # the delegate closest to its allowance: (program error / allowed, its name)
+        self.worst: tuple[float, str] | None = None
+        self.failed: list[tuple[str, str]] = []  # (delegate, why)
         self.unchecked: list[tuple[str, str]] = []  # (delegate, why it has no program alone)
+
+    def _precision(self, lowered) -> torch.dtype | None:
+        """The lower precision ``lowered``'s backend computes in by design, if it declares one."""
+        nodes = {n.name for n in lowered.original_module.graph.nodes}
+        partition = partition_of(self.plan, nodes)
+        backend = next((p.backend for p in self.plan.partitions if p.id == partition), None)
+        declared = self.plan.tolerances.get(backend) if backend else None
+        return getattr(torch, declared.precision) if declared and declared.precision else None
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         expected = super().call_function(target, args, kwargs)
@@ -235,6 +258,13 @@ class _DelegateChecker(torch.fx.Interpreter):
             if n.op == "get_attr" and self.fetch_attr(n.target) is lowered
         )
         single = isinstance(expected, torch.Tensor)
+        if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
+            # loads libtorch's libraries globally, which the .so's aoti_torch_* symbols need
+            # (with $COMPOSER_ET_RUNNER the program itself runs elsewhere and nothing had)
+            unavailable = aoti_host.host_unavailable_reason()
+            if unavailable is not None:
+                self.unchecked.append((name, unavailable))
+                return expected
         try:
             if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
                 delegate = aoti_host.CompiledCudaDelegate(
@@ -243,19 +273,42 @@ class _DelegateChecker(torch.fx.Interpreter):
             else:
                 delegate = aoti_host.RuntimeDelegate(lowered, "cpu", single)
         except ComposerError as error:
-            raise _Found(name, f"failed to load: {first_line(error)}") from error
+            self.failed.append((name, f"failed to load: {first_line(error)}"))
+            return expected
         except Exception as error:  # noqa: BLE001 - ExecuTorch's emitter, not the backend
-            # ExecuTorch cannot emit a delegate of symbolic size as a program of its own
-            # ("Non-const tensor should be an activation tensor: mem_offset 16*CeilToInt(...)").
+            # A delegate ExecuTorch cannot emit as a program of its own: the proof says so
+            # rather than blame it or escape with the emitter's traceback.
             self.unchecked.append((name, f"{type(error).__name__}: {first_line(error)[:120]}"))
             return expected
         try:
             got = delegate(*operands)
         except (ComposerError, RuntimeError) as error:
-            raise _Found(name, f"failed at run time: {first_line(error)}") from error
-        ok, worst = compare(got, expected, self.tolerance)
-        if not ok:
-            raise _Found(name, f"does not match its subgraph: max error {worst:.3g}")
-        if worst > 0 and (self.worst is None or worst > self.worst[0]):
-            self.worst = (worst, name)
+            self.failed.append((name, f"failed at run time: {first_line(error)}"))
+            return expected
+        subgraph = lowered.original_module.module()
+        true, truth_name = truth(subgraph, operands)
+        eager, eager_in = expected, ""
+        precision = self._precision(lowered)
+        if precision is not None:
+            # a backend computing in bf16 by design is held to its subgraph run in bf16
+            lowered_eager = run_in_precision(subgraph, operands, precision)
+            if lowered_eager is not None:
+                eager = lowered_eager
+                eager_in = str(precision).removeprefix("torch.")
+        verdict = judge(
+            got, eager, true, steps=self.steps, truth_name=truth_name, eager_in=eager_in
+        )
+        if not verdict.ok:
+            why = (
+                f"does not match its subgraph: max error {verdict.max_abs_error:.3g}; "
+                f"{verdict.describe()}"
+            )
+            self.failed.append((name, why))
+            return expected
+        share = max(
+            (o.program_error / o.allowed for o in verdict.outputs if o.allowed),
+            default=0.0,
+        )
+        if share > 0 and (self.worst is None or share > self.worst[0]):
+            self.worst = (share, name)
         return expected

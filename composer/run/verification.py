@@ -1,4 +1,5 @@
-"""Checking a composed program against eager: which executor runs it, and the tolerance.
+"""Checking a composed program: which executor runs it, and how its outputs compare with the
+truth beside eager's (composer.run.accuracy).
 
 Executors, best first: the ExecuTorch runtime, when it has every delegate's backend (XNNPACK,
 OpenVINO and portable kernels in the pip wheel); on a CUDA GPU, each ``CudaBackend``
@@ -16,9 +17,8 @@ from typing import Any, Protocol
 import attrs
 import torch
 
-from composer.contract.backend_spec import Tolerance
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
-from composer.run.compare import compare
+from composer.run.accuracy import Verdict, flatten_tensors, judge, run_in_precision, truth
 from composer.run.inputs import flat_inputs
 from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
 from composer.scheduler.plans import Plan
@@ -43,41 +43,85 @@ REFERENCE = "python reference"
 
 @attrs.frozen
 class Verification:
-    """How the composed program compared with eager, and which executor ran it."""
+    """How the composed program compared with the truth beside eager, and which executor ran
+    it."""
 
     executor: str  # RUNTIME, REFERENCE or aoti_host.EXECUTOR
-    max_abs_error: float
-    ok: bool
+    verdict: Verdict
     reason: str  # why this executor was chosen
-    tolerance: Tolerance | None = None  # a backend's, when looser than the dtype's default
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def max_abs_error(self) -> float:
+        return self.verdict.max_abs_error
 
     def __str__(self) -> str:
         verdict = "OK" if self.ok else "MISMATCH"
-        within = ""
-        if self.tolerance is not None:
-            within = f", within atol {self.tolerance.atol:g} rtol {self.tolerance.rtol:g}"
-            within += f" ({self.tolerance.reason})" if self.tolerance.reason else ""
         return (
-            f"{verdict}: max |composed - eager| = {self.max_abs_error:.3g}{within} "
-            f"({self.executor}; {self.reason})"
+            f"{verdict}: max |composed - eager| = {self.max_abs_error:.3g}; "
+            f"{self.verdict.describe()} ({self.executor}; {self.reason})"
         )
 
 
+@attrs.frozen
+class Expected:
+    """What a program's outputs on some inputs are judged by: eager's outputs (in the precision
+    a backend computes in, where it says so), and the truth beside them."""
+
+    eager: Any
+    truth: Any = None
+    truth_name: str = ""
+    eager_in: str = ""  # "bfloat16": eager run in a backend's lower precision
+    steps: int = 0  # integer outputs may differ by this many (quantized programs)
+
+    def judge(self, outputs: Any) -> Verdict:
+        return judge(outputs, self.eager, self.truth, steps=self.steps,
+                     truth_name=self.truth_name, eager_in=self.eager_in)  # fmt: skip
+
+
+def expected_outputs(composition: Checkable, inputs: Sequence[Any]) -> Expected:
+    """Eager's outputs on ``inputs`` and the truth beside them. Raises what eager raises: a
+    size eager itself refuses has nothing to compare with."""
+    inputs = tuple(inputs)
+    eager = eager_outputs(composition, inputs)
+    plan = composition.plan
+    tolerance = plan.tolerance()
+    steps = tolerance.steps if tolerance is not None else 0
+    reference, name = truth(composition.eager, inputs)
+    precision, eager_in = plan.computes_in(), ""
+    precision = getattr(torch, precision) if precision else None
+    if precision is not None and _lower_precision(eager, precision):
+        # A backend computing in bf16 by design (OpenVINO on CPUs with bf16 units) is held to
+        # what eager achieves in bf16, not fp32: the plan says so.
+        lowered = run_in_precision(composition.eager, inputs, precision)
+        if lowered is not None:
+            eager, eager_in = lowered, str(precision).removeprefix("torch.")
+    return Expected(eager, reference, name, eager_in, steps)
+
+
+def _lower_precision(outputs: Any, dtype: torch.dtype) -> bool:
+    return any(
+        t.is_floating_point() and torch.finfo(t.dtype).eps < torch.finfo(dtype).eps
+        for t in flatten_tensors(outputs)
+    )
+
+
 def verify(
-    composition: Checkable, inputs: Sequence[Any] | None = None, expected: Any = None
+    composition: Checkable, inputs: Sequence[Any] | None = None, expected: Expected | None = None
 ) -> Verification:
-    """Run ``composition`` with the best executor here and compare it with eager (or with
-    ``expected``, eager's outputs on ``inputs`` where the caller has them). ``inputs`` are
-    as the model takes them, nested or not."""
+    """Run ``composition`` with the best executor here and judge its outputs against the truth
+    beside eager's (``expected``, where the caller has them). ``inputs`` are as the model takes
+    them, nested or not."""
     inputs = tuple(composition.example_inputs if inputs is None else inputs)
     with torch.no_grad():
         if expected is None:
-            expected = eager_outputs(composition, inputs)
+            expected = expected_outputs(composition, inputs)
         executor, reason, run = _executor(composition)
         actual = run(inputs)
-    tolerance = composition.plan.tolerance()
-    ok, worst = compare(actual, expected, tolerance)
-    return Verification(executor, worst, ok, reason, tolerance)
+    return Verification(executor, expected.judge(actual), reason)
 
 
 def eager_outputs(composition: Checkable, inputs: Sequence[Any]) -> Any:

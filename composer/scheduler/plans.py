@@ -204,6 +204,12 @@ class Plan:
             declared["quantized"] = self.quantization
         return Tolerance.loosest(declared)
 
+    def computes_in(self) -> str | None:
+        """The lowest precision a backend that took a node computes float models in by design
+        (``"bfloat16"``), or ``None``: the model's own."""
+        tolerance = self.tolerance()
+        return tolerance.precision if tolerance is not None and tolerance.precision else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "backends": list(self.backends),
@@ -262,9 +268,11 @@ class Plan:
         )
         for backend, tolerance in self.tolerances.items():
             lines.append(
-                f"tolerance {backend}: atol {tolerance.atol:g}, rtol {tolerance.rtol:g}"
+                f"precision {backend}: "
+                + (f"judged against eager in {tolerance.precision}" if tolerance.precision
+                   else "the model's")
                 + (f" ({tolerance.reason})" if tolerance.reason else "")
-            )
+            )  # fmt: skip
         if self.dynamic_dims:
             lines.append(f"dynamic: {describe_dynamic_dims(self.dynamic_dims)}")
         lines.extend(
@@ -272,7 +280,7 @@ class Plan:
         )
         if self.quantization is not None:
             q = self.quantization
-            lines.append(f"tolerance quantized: atol {q.atol:g}, rtol {q.rtol:g} ({q.reason})")
+            lines.append(f"quantized: {q.reason}")
         lines.extend(self._placement_lines())
         lines.extend(f"moved: {describe_repair(r)}" for r in self.repairs)
         if self.proof:

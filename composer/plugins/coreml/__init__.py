@@ -75,7 +75,8 @@ def _spec() -> BackendSpec:
         description="ExecuTorch's Core ML delegate (Apple ANE/GPU/CPU); lowers with coremltools",
         # torch.testing's float16 tolerances are for one op; a model's error grows with depth.
         tolerance=Tolerance(atol=1e-2, rtol=1e-2,
-                            reason="Core ML computes in float16 unless compute_precision=FLOAT32"),
+                            reason="Core ML computes in float16 unless compute_precision=FLOAT32",
+                            precision="float16"),
         library=f"coremltools {version}" if version else "",
     )  # fmt: skip
 

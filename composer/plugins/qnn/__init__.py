@@ -38,7 +38,12 @@ QNN = BackendSpec(
     device="npu",
     min_partition_size=1,
     description="ExecuTorch's Qualcomm QNN delegate (Snapdragon HTP/GPU); lowers with the QNN SDK",
-    tolerance=Tolerance(atol=1e-2, rtol=1e-2, reason="QNN's HTP computes float models in float16"),
+    tolerance=Tolerance(
+        atol=1e-2,
+        rtol=1e-2,
+        reason="QNN's HTP computes float models in float16",
+        precision="float16",
+    ),
 )
 
 # QcomChipset's names in ExecuTorch 1.5.1 (backends/qualcomm/serialization/qc_schema.py).

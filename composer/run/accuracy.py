@@ -1,0 +1,295 @@
+"""What "right" means: a program's outputs judged against a higher-precision truth, beside eager's.
+
+torch._dynamo judges a compiled model this way (``torch._dynamo.utils.same`` with ``fp64_ref``):
+the model run in float64 is the truth, and the compiled result's error against it (RMSE) may be a
+small multiple of eager's own error against it. A bf16 program is then held to what bf16 eager
+achieves at that size, not to a hand-set atol: plain ExecuTorch's CUDA encoder, 58x eager's error
+at length 3, fails; a program as close as eager passes however loose bf16 is.
+
+The rule is ``same(eager, program, fp64_ref=truth, tol=1e-4,
+use_larger_multiplier_for_smaller_tensor=True)``: within 1e-4 of eager, or an RMSE against the
+truth at most 2x eager's (3x for the half types, up to 10x for outputs of a few elements, whose
+RMSE a single element decides). The verdict carries the figures. One extension:
+
+- a quantized model's truth is the model with its activations' quantize/dequantize pairs taken
+  out: the float computation the q/dq simulation approximates. Eager is the
+  q/dq simulation, integer kernels the program.
+
+Without a truth (a model that will not run in float64), the program is held to eager within the
+dtype's default tolerance, as dynamo does when it has no ``fp64_ref``; the verdict says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import torch
+import torch.utils._pytree as pytree
+
+# torch._dynamo.utils.same: 2x eager's RMSE for fp32, 3x for the half types, more for small
+# tensors, whose RMSE is dominated by a few elements (its use_larger_multiplier_for_smaller_tensor).
+FLOAT_MULTIPLIER = 2.0
+HALF_MULTIPLIER = 3.0
+SMALL_MULTIPLIERS = ((10, 10.0), (500, 8.0), (999, 3.0))  # (numel at most, multiplier)
+HALF_TYPES = (torch.float16, torch.bfloat16)
+# same()'s default tol: a program within it of eager passes outright (fp32 programs that sum
+# in another order), and tol/10 is the absolute slack where eager is exact.
+TOL = 1e-4
+
+
+def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) against eager where no higher-precision truth exists (dynamo's ``tol``)."""
+    if dtype in HALF_TYPES:
+        return 1e-2, 1e-2
+    if dtype.is_floating_point:
+        return 1e-4, 1e-4
+    return 0.0, 0.0
+
+
+def multiplier(dtype: torch.dtype, numel: int) -> float:
+    """How many times eager's error a program's error may be, as torch._dynamo allows."""
+    for most, factor in SMALL_MULTIPLIERS:
+        if numel <= most:
+            return factor
+    return HALF_MULTIPLIER if dtype in HALF_TYPES else FLOAT_MULTIPLIER
+
+
+def flatten_tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors of a (nested) output, in order, as torch.export flattens them: eager's
+    tuples, lists, dicts and model-output classes against the runtime's flat list."""
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+
+
+@attrs.frozen
+class OutputVerdict:
+    """One output tensor's figures: errors are RMSE against the truth."""
+
+    ok: bool
+    max_abs: float  # max |program - eager|, the figure users compare by eye
+    program_error: float | None = None  # RMSE of the program against the truth
+    eager_error: float | None = None  # RMSE of eager against the truth
+    allowed: float | None = None
+    why: str = ""  # for a failure without figures: "shape [2, 3] against [2, 4]"
+
+
+@attrs.frozen
+class Verdict:
+    """How a program's outputs compare with the truth, beside eager's."""
+
+    outputs: tuple[OutputVerdict, ...]
+    truth: str  # "fp64", "float model in fp64", or "" (none: eager at the default tolerance)
+    eager_in: str = ""  # the precision eager was run in, where not the model's ("bfloat16")
+
+    @property
+    def ok(self) -> bool:
+        return all(output.ok for output in self.outputs)
+
+    @property
+    def max_abs_error(self) -> float:
+        worst = 0.0
+        for output in self.outputs:
+            if math.isnan(output.max_abs):
+                return float("nan")
+            worst = max(worst, output.max_abs)
+        return worst
+
+    def worst(self) -> OutputVerdict | None:
+        """The output furthest past (or closest to) its allowance."""
+        judged = [o for o in self.outputs if o.allowed is not None and o.program_error is not None]
+        failed = [o for o in self.outputs if not o.ok]
+        if failed:
+            judged = [o for o in failed if o.allowed is not None] or judged
+            if not judged:
+                return failed[0]
+        if not judged:
+            return None
+        return max(judged, key=lambda o: o.program_error / o.allowed if o.allowed else math.inf)
+
+    def describe(self) -> str:
+        """``rmse 0.0051 against fp64, eager bf16 0.0047, allowed 0.014``; or why not judged so."""
+        worst = self.worst()
+        if worst is None:
+            return f"max |composed - eager| = {self.max_abs_error:.3g}"
+        if worst.program_error is None:
+            return worst.why
+        eager = f"eager {self.eager_in} " if self.eager_in else "eager "
+        return (
+            f"rmse {worst.program_error:.3g} against {self.truth}, {eager}"
+            f"{worst.eager_error:.3g}, allowed {worst.allowed:.3g}"
+        )
+
+
+def judge(
+    program: Any, eager: Any, truth: Any = None, *, steps: int = 0, truth_name: str = "fp64",
+    eager_in: str = "",
+) -> Verdict:  # fmt: skip
+    """Judge ``program``'s outputs against ``truth`` beside ``eager``'s (all nested as the model
+    returns them). ``steps``: integer outputs may differ by that many (an int8 kernel rounds
+    where the q/dq simulation does not)."""
+    got, want = flatten_tensors(program), flatten_tensors(eager)
+    true = flatten_tensors(truth) if truth is not None else None
+    if true is not None and len(true) != len(want):
+        true = None
+    if len(got) != len(want):
+        lost = OutputVerdict(False, math.inf, why=f"{len(got)} outputs against eager's {len(want)}")
+        return Verdict((lost,), truth_name if true is not None else "", eager_in)
+    verdicts = tuple(
+        _judge_one(g, w, None if true is None else true[i], steps)
+        for i, (g, w) in enumerate(zip(got, want))
+    )
+    return Verdict(verdicts, truth_name if true is not None else "", eager_in)
+
+
+def rmse(reference: torch.Tensor, value: torch.Tensor) -> float:
+    return torch.sqrt(torch.mean(torch.square(reference - value))).item()
+
+
+def _judge_one(
+    got: torch.Tensor, want: torch.Tensor, true: torch.Tensor | None, steps: int
+) -> OutputVerdict:
+    if got.shape != want.shape:
+        why = f"output shape {list(got.shape)} against eager's {list(want.shape)}"
+        return OutputVerdict(False, math.inf, why=why)
+    if not want.is_floating_point():
+        difference = (got.to(torch.int64) - want.to(torch.int64)).abs() if want.numel() else None
+        largest = 0.0 if difference is None else float(difference.max().item())
+        ok = largest <= steps
+        return OutputVerdict(
+            ok, largest, why="" if ok else f"integer outputs differ by {largest:g}"
+        )
+    program, eager = got.detach().double(), want.detach().double()
+    # NaN where eager has NaN is what eager computes (a model with uninitialized weights:
+    # export_llama without a checkpoint); NaN elsewhere, or none where eager has one, is not.
+    both_nan = program.isnan() & eager.isnan()
+    if bool((program.isnan() ^ eager.isnan()).any()):
+        return OutputVerdict(
+            False, float("nan"), why="NaN where eager has none (or none where it has)"
+        )
+    program, eager = program.masked_fill(both_nan, 0.0), eager.masked_fill(both_nan, 0.0)
+    if want.numel() == 0:
+        return OutputVerdict(True, 0.0)
+    max_abs = (program - eager).abs().max().item()
+    if true is None or not true.is_floating_point() or true.shape != want.shape:
+        atol, rtol = default_tolerance(want.dtype)
+        ok = torch.allclose(program, eager, atol=atol, rtol=rtol)
+        why = "" if ok else (
+            f"max |composed - eager| = {max_abs:.3g}, past atol {atol:g} rtol {rtol:g} "
+            "(no higher-precision run to judge by)"
+        )  # fmt: skip
+        return OutputVerdict(ok, max_abs, why=why)
+    true = true.detach().double().masked_fill(both_nan, 0.0)
+    if bool(true.isnan().any()) or bool(true.isinf().any()):
+        true = torch.where(true.isfinite(), true, eager)  # eager decides where fp64 cannot
+    program_error, eager_error = rmse(true, program), rmse(true, eager)
+    allowed = multiplier(want.dtype, want.numel()) * eager_error + TOL / 10
+    # dynamo's first test: as close to eager as fp32 accumulation order ever makes two
+    # programs (a bf16 program is never that close unless it computes what eager does)
+    ok = torch.allclose(program, eager, atol=TOL, rtol=TOL) or program_error <= allowed
+    return OutputVerdict(ok, max_abs, program_error, eager_error, allowed)
+
+
+# --- the truth: the model in float64, or a quantized model without its activations' q/dq ---
+
+
+def in_precision(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` (inputs or outputs, nested) with its floating tensors in ``dtype``."""
+    return pytree.tree_map(
+        lambda leaf: (
+            leaf.to(dtype) if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() else leaf
+        ),
+        value,
+    )
+
+
+def run_in_precision(
+    module: torch.nn.Module, inputs: Sequence[Any], dtype: torch.dtype
+) -> Any | None:
+    """``module`` on ``inputs``, its floating parameters, buffers and inputs in ``dtype``, on a
+    copy (a KV cache updated in place stays as it was); ``None`` where the model will not run so
+    (an op without a float64 kernel, a dtype written into the graph)."""
+    try:
+        copied = copy.deepcopy(module)
+        with torch.no_grad():
+            for tensor in (*copied.parameters(), *copied.buffers()):
+                if tensor.is_floating_point():
+                    tensor.data = tensor.data.to(dtype)
+            for name, value in list(vars(copied).items()):
+                # a GraphModule's lifted tensor constants are plain attributes
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    setattr(copied, name, value.to(dtype))
+            return copied(*in_precision(tuple(inputs), dtype))
+    except Exception:  # noqa: BLE001 - any failure means the same: no run in that precision
+        return None
+
+
+_QUANTIZE = {
+    "quantize_per_tensor",
+    "quantize_per_channel",
+    "quantize_per_token",
+    "quantize_affine",
+}
+_DEQUANTIZE = {"dequantize_per_tensor", "dequantize_per_channel", "dequantize_per_token",
+               "dequantize_affine"}  # fmt: skip
+
+
+def _kind(node: torch.fx.Node) -> str:
+    target = node.target
+    name = getattr(target, "__name__", str(target))
+    if hasattr(target, "_schema"):
+        name = target._schema.name.split("::")[-1]
+    return name.split(".")[0]
+
+
+def unquantized(module: torch.nn.Module) -> torch.nn.Module | None:
+    """A copy of a PT2E-quantized ``module`` (a GraphModule) with every activation's
+    ``dequantize(quantize(x))`` replaced by ``x``: the float computation its q/dq simulation
+    approximates (weights stay as quantized). ``None`` where ``module`` has no such pair."""
+    if not isinstance(module, torch.fx.GraphModule):
+        return None
+    copied = copy.deepcopy(module)
+    found = False
+    for node in list(copied.graph.nodes):
+        if node.op != "call_function" or _kind(node) not in _DEQUANTIZE:
+            continue
+        source = node.args[0] if node.args else None
+        if not isinstance(source, torch.fx.Node) or source.op != "call_function":
+            continue
+        if _kind(source) not in _QUANTIZE:
+            continue
+        value = source.args[0]
+        if not isinstance(value, torch.fx.Node) or value.op in ("get_attr",):
+            continue  # a weight quantized in the graph: part of the model
+        node.replace_all_uses_with(value)
+        found = True
+    if not found:
+        return None
+    copied.graph.eliminate_dead_code()
+    copied.recompile()
+    return copied
+
+
+def is_quantized(module: torch.nn.Module) -> bool:
+    return isinstance(module, torch.fx.GraphModule) and any(
+        n.op == "call_function" and _kind(n) in _DEQUANTIZE for n in module.graph.nodes
+    )
+
+
+def truth(module: torch.nn.Module, inputs: Sequence[Any]) -> tuple[Any | None, str]:
+    """(the truth for ``module`` on ``inputs``, its name): the model in float64, or a quantized
+    one without its activations' q/dq in its own float precision (int8's error is 1e5 times
+    fp32's); ``(None, "")`` where it cannot be run so."""
+    if is_quantized(module):
+        stripped = unquantized(module)
+        if stripped is None:
+            return None, ""
+        try:
+            with torch.no_grad():
+                return stripped(*copy.deepcopy(tuple(inputs))), "the float model"
+        except Exception:  # noqa: BLE001 - no float run: judged against eager instead
+            return None, ""
+    outputs = run_in_precision(module, inputs, torch.float64)
+    return (outputs, "fp64") if outputs is not None else (None, "")

@@ -1,0 +1,201 @@
+"""What "right" means (composer.run.accuracy): a program's outputs judged against a higher-precision
+truth beside eager's, as torch._dynamo judges compiled models; and the proof holding every
+program composer writes to it, in fp32, bf16 and int8, with nothing written that misses."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch._dynamo.utils import same
+
+import composer
+from composer import BackendSpec, ComposerError, Tolerance
+from composer.contract.hookspecs import hookimpl
+from composer.run import aoti_host, verification
+from composer.run.accuracy import judge, truth, unquantized
+from composer.run.runtime import program_backend_ids
+
+
+class Wide(torch.nn.Module):
+    """Outputs of 2048 elements: RMSE over them is a steady figure (dynamo's own multipliers
+    grow for small tensors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(64, 256)
+        self.down = torch.nn.Linear(256, 128)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def wide(dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, tuple[torch.Tensor]]:
+    torch.manual_seed(0)
+    return Wide().eval().to(dtype), (torch.randn(16, 64).to(dtype),)
+
+
+def int8_wide() -> tuple[torch.export.ExportedProgram, torch.nn.Module, tuple[torch.Tensor]]:
+    """Wide quantized as ExecuTorch's XNNPACK guide does, and the float model it came from."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    model, inputs = wide()
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True)
+    )
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
+    for seed in range(3):
+        prepared(torch.randn(16, 64, generator=torch.Generator().manual_seed(seed)))
+    return torch.export.export(convert_pt2e(prepared), inputs), model, inputs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_outputs_one_percent_off_fail_and_outputs_as_close_as_eager_pass(dtype):
+    model, inputs = wide(dtype)
+    with torch.no_grad():
+        eager = model(*inputs)
+    true, name = truth(model, inputs)
+    assert name == "fp64" and true.dtype == torch.float64
+    assert judge(eager, eager, true).ok
+    # closer to the truth than eager: the truth rounded to the model's dtype
+    assert judge(true.to(dtype), eager, true).ok
+    off = judge(eager * 1.01, eager, true)
+    assert not off.ok
+    assert "against fp64, eager" in off.describe()
+
+
+def test_the_rule_is_dynamos():
+    # Anchored to torch._dynamo.utils.same with fp64_ref, tol 1e-4 and its larger multipliers
+    # for small tensors: the same verdict on outputs a little and a lot off, in both dtypes.
+    for dtype in (torch.float32, torch.bfloat16):
+        model, inputs = wide(dtype)
+        with torch.no_grad():
+            eager = model(*inputs)
+        true, _ = truth(model, inputs)
+        for factor in (1.0, 1.0005, 1.003, 1.01, 1.1):
+            program = (eager.double() * factor).to(dtype)
+            expected = same(
+                eager, program, fp64_ref=true, tol=1e-4, log_error=lambda *a: None,
+                use_larger_multiplier_for_smaller_tensor=True,
+            )  # fmt: skip
+            assert judge(program, eager, true).ok == expected, (dtype, factor)
+
+
+def test_int8_is_judged_against_the_float_model_beside_its_q_dq_simulation():
+    program, float_model, inputs = int8_wide()
+    simulation = program.module()
+    true, name = truth(simulation, inputs)
+    assert name == "the float model"
+    with torch.no_grad():
+        eager, float_out = simulation(*inputs), float_model(*inputs)
+    # Without its activations' q/dq the module computes the float model (weights quantized).
+    assert (true - float_out).abs().max() < (eager - float_out).abs().max() / 3
+    composition = composer.compose(program, "xnnpack", cache=False)
+    assert "against the float model" in composition.plan.proof
+    outputs = verification.verify(composition).verdict
+    assert outputs.ok
+    # int8's own error is about 2% of these outputs (rmse 0.0044 on values of rms 0.2): a
+    # program 1% off is as close as quantization itself allows; 5% off is not.
+    from composer.run.runtime import run_program
+
+    ran = run_program(composition.buffer, list(inputs))[0]
+    assert not judge(ran * 1.05, eager, true, steps=8).ok
+
+
+def test_activation_pairs_are_taken_out_and_weights_stay_quantized():
+    program, _, _ = int8_wide()
+    simulation = program.module()
+    stripped = unquantized(simulation)
+    ops = [str(n.target) for n in stripped.graph.nodes if n.op == "call_function"]
+    assert not any("quantize_per_tensor" in op and "dequantize" not in op for op in ops)
+    assert any("dequantize_per_channel" in op for op in ops)  # the weights' own
+    assert unquantized(wide()[0]) is None  # a float model has nothing to take out
+
+
+@pytest.fixture
+def xnnpack_one_percent_high(monkeypatch):
+    """XNNPACK's delegates answer 1% high, in the program and alone: a backend whose compiled
+    code is slightly wrong (a fault put into composer's calls of the runtime, not into
+    ExecuTorch)."""
+    whole = verification.run_program
+
+    def run_program(program, inputs, method="forward"):
+        outputs = whole(program, inputs, method)
+        if "XnnpackBackend" in program_backend_ids(program):
+            outputs = [o * 1.01 if o.is_floating_point() else o for o in outputs]
+        return outputs
+
+    alone = aoti_host.RuntimeDelegate.forward
+
+    def forward(self, *inputs):
+        outputs = alone(self, *inputs)
+        scale = lambda o: o * 1.01 if o.is_floating_point() else o
+        return scale(outputs) if self.single_output else tuple(scale(o) for o in outputs)
+
+    monkeypatch.setattr(verification, "run_program", run_program)
+    monkeypatch.setattr(aoti_host.RuntimeDelegate, "forward", forward)
+
+
+def test_a_delegate_one_percent_off_is_caught_named_and_moved(xnnpack_one_percent_high):
+    model, inputs = wide()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", composer.ComposerWarning)
+        composition = composer.compose(model, "xnnpack", inputs, cache=False)
+    plan = composition.plan
+    assert [r["backend"] for r in plan.repairs] == ["xnnpack"]
+    why = plan.repairs[0]["why"]
+    assert why.startswith("does not match its subgraph") and "against fp64" in why
+    assert plan.nodes_on("xnnpack") == []
+    assert plan.proof.startswith("ran and matched eager")
+
+
+def test_strict_placement_writes_nothing_that_misses(xnnpack_one_percent_high, tmp_path):
+    model, inputs = wide()
+    out = tmp_path / "wide.pte"
+    with pytest.raises(ComposerError, match="does not match eager: .*against fp64, eager"):
+        composition = composer.compose(
+            model, composer.Stack(["xnnpack"], placement="strict"), inputs, cache=False
+        )
+        composition.save(out)
+    assert not out.exists()
+
+
+class HalfPack:
+    """XNNPACK declared as computing in bf16: how OpenVINO is declared on CPUs with bf16 units,
+    so the bf16 path of the proof runs on every CPU."""
+
+    spec = BackendSpec(
+        "halfpack",
+        "XnnpackBackend",
+        tolerance=Tolerance(
+            0, 0, reason="a test backend said to compute in bf16", precision="bfloat16"
+        ),
+    )
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_partitioner(self, backend, program):
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        return XnnpackPartitioner()
+
+
+def test_a_backend_computing_in_bf16_is_held_to_eager_in_bf16_and_the_plan_says_so():
+    from plugins_for_tests import registry_with
+
+    model, inputs = wide()
+    composition = composer.compose(model, "halfpack", inputs, registry=registry_with(HalfPack()),
+                                   cache=False)  # fmt: skip
+    plan = composition.plan
+    assert plan.computes_in() == "bfloat16"
+    assert "eager bfloat16" in plan.proof
+    assert "precision halfpack: judged against eager in bfloat16" in plan.summary_table()
+    assert plan.to_dict()["tolerances"]["halfpack"]["precision"] == "bfloat16"
