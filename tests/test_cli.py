@@ -324,5 +324,5 @@ def test_lower_quantize_writes_an_int8_program_that_ran(capsys, tmp_path):
     assert out_path.stat().st_size > 0
     plan = json.loads(report.read_text())
     assert plan["partitions"] and all(p["quantized"] for p in plan["partitions"])
-    assert "tolerance quantized: " in out
+    assert "quantized: outputs dequantized with scale" in out
     assert "proof: ran and matched eager" in out
