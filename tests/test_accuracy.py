@@ -199,3 +199,34 @@ def test_a_backend_computing_in_bf16_is_held_to_eager_in_bf16_and_the_plan_says_
     assert "eager bfloat16" in plan.proof
     assert "precision halfpack: judged against eager in bfloat16" in plan.summary_table()
     assert plan.to_dict()["tolerances"]["halfpack"]["precision"] == "bfloat16"
+
+
+class CarefulPack(HalfPack):
+    """XNNPACK declaring a safer option, as the cuda plugin declares triton_kernel_mode=OFF."""
+
+    spec = BackendSpec("carefulpack", "XnnpackBackend", safer_options={"kernels": "plain"})
+
+    @hookimpl
+    def composer_options(self, backend):
+        from composer.contract.options import Option
+
+        return [Option("kernels", choices=("fast", "plain"), default="fast", help="kernels")]
+
+
+def test_a_backends_safer_options_are_tried_before_its_nodes_move(xnnpack_one_percent_high):
+    from plugins_for_tests import registry_with
+
+    model, inputs = wide()
+    progress: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", composer.ComposerWarning)
+        composition = composer.compose(model, "carefulpack", inputs, cache=False,
+                                       registry=registry_with(CarefulPack()),
+                                       progress=progress.append)  # fmt: skip
+    repairs = composition.plan.repairs
+    # the option changes nothing here (the fault is in every XNNPACK delegate), so the nodes
+    # move after it was tried
+    assert [r.get("options") for r in repairs] == [{"kernels": "plain"}, None]
+    assert any("trying carefulpack with kernels=plain" in line for line in progress)
+    assert "tried kernels=plain" in composition.plan.summary_table()
+    assert composition.plan.nodes_on("carefulpack") == []

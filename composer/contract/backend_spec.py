@@ -74,6 +74,10 @@ class BackendSpec:
     partitions reads and writes goes into that delegate and stays on its device between
     calls, as the backend's own partitioner (``tag_mutated_buffer``) would place it. Off: such
     buffers stay outside every delegate, handed in and out on each call.
+    ``safer_options``: options of this backend that trade speed for accuracy (the cuda
+    plugin's ``{"triton_kernel_mode": "OFF"}``: no Triton SDPA): where one of its delegates
+    computes wrong or fails at run time, the proof tries the stack with these set before it
+    moves the delegate's nodes to the next backend.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
@@ -88,3 +92,6 @@ class BackendSpec:
     )
     library: str = ""
     keeps_state: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    safer_options: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=lambda given: tuple(sorted(dict(given).items()))
+    )

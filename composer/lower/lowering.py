@@ -33,7 +33,9 @@ def with_backend_facts(plan: Plan, resolved) -> Plan:
         plan,
         tolerances={b.name: b.spec.tolerance for b in resolved if b.spec.tolerance is not None},
         libraries={b.name: b.spec.library for b in resolved if b.spec.library},
-    )
+        safer_options={b.name: dict(b.spec.safer_options) for b in resolved
+                       if b.spec.safer_options},
+    )  # fmt: skip
 
 
 @attrs.frozen

@@ -22,7 +22,7 @@ from composer.lower.program_cache import ProgramCache
 from composer.measure import placement as measured
 from composer.measure.placement_cache import cache_key
 from composer.pipeline.methods import MethodsComposition, compose_methods
-from composer.pipeline.proven import composed_and_proven, pinned_off
+from composer.pipeline.proven import composed_and_proven, repaired_stack
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.names import is_count
 from composer.registry.stack import Stack
@@ -246,7 +246,7 @@ def compose(
         frozen, grad = copy.deepcopy(model), torch.is_grad_enabled()
 
         # A repaired program is lowered again with its repairs.
-        repaired = pinned_off(stack, [(r["backend"], r["nodes"]) for r in stored["plan"].repairs])
+        repaired = repaired_stack(stack, stored["plan"].repairs)
 
         def export_frozen() -> ExportedProgram:
             with torch.set_grad_enabled(grad):

@@ -25,7 +25,7 @@ from composer.lower.atomic import ptd_name, write_all
 from composer.lower.cache import cache_dir, cache_enabled
 from composer.lower.export import fresh_program
 from composer.lower.lowering import keeping_unwritten, lower_edge, written
-from composer.pipeline.proven import own_pins_unremarked, pinned_off
+from composer.pipeline.proven import own_pins_unremarked, repaired_stack
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
@@ -152,7 +152,7 @@ def compose_methods(
         if alone[name].unwritten_edge is not None:
             edges[name], plans[name] = alone[name].unwritten_edge, plan
             continue
-        repaired = pinned_off(stack, [(r["backend"], r["nodes"]) for r in plan.repairs])
+        repaired = repaired_stack(stack, plan.repairs)
         with own_pins_unremarked(bool(plan.repairs)):
             edge, together, _ = lower_edge(
                 fresh_program(model, inputs), resolved, registry, set(), repaired, progress, folder, 1,

@@ -80,6 +80,19 @@ def composed_and_proven(
                 if not error.culprits or stack.placement == "strict":
                     _raise_with_tried(error, failed)
                 culprits = list(error.culprits)
+                safer = _safer_options(composition.plan, culprits, current)
+                if safer:
+                    # the smaller move first: the backend's safer options, its nodes stay
+                    tried = [attrs.evolve(c, options=safer[c.backend]) for c in culprits
+                             if c.backend in safer]  # fmt: skip
+                    failed.extend(tried)
+                    for culprit in tried:
+                        say(f"repair {_round + 1}: {culprit.describe()}; trying "
+                            f"{culprit.backend} with {_words(culprit.options)}")  # fmt: skip
+                    current = with_options(current, {c.backend: c.options for c in tried})
+                    if first_compose is None:
+                        first_compose = time.perf_counter() - started
+                    continue
             else:
                 return _finished(composition, failed, proof.describe())
         if first_compose is None and lowering_error is None:
@@ -143,6 +156,36 @@ def own_pins_unremarked(repairing: bool) -> Iterator[None]:
         yield
 
 
+def _safer_options(plan, culprits: Sequence[Culprit], stack: Stack) -> dict[str, dict[str, str]]:
+    """The safer options (BackendSpec.safer_options) of the culprits' backends not yet set."""
+    found = {}
+    for culprit in culprits:
+        declared = plan.safer_options.get(culprit.backend, {})
+        given = stack.options.get(culprit.backend, {})
+        if declared and any(given.get(k) != v for k, v in declared.items()):
+            found[culprit.backend] = dict(declared)
+    return found
+
+
+def _words(options) -> str:
+    return ", ".join(f"{k}={v}" for k, v in options.items())
+
+
+def with_options(stack: Stack, options: dict[str, dict[str, str]]) -> Stack:
+    """``stack`` with ``options`` (backend -> name -> value) set over its own."""
+    merged = {name: dict(values) for name, values in stack.options.items()}
+    for backend, values in options.items():
+        merged.setdefault(backend, {}).update(values)
+    return attrs.evolve(stack, options=merged)
+
+
+def repaired_stack(stack: Stack, repairs) -> Stack:
+    """``stack`` with a plan's ``repairs`` applied: nodes pinned off their backend, safer
+    options set: how a repaired program is lowered again."""
+    stack = pinned_off(stack, [(r["backend"], r["nodes"]) for r in repairs if r["nodes"]])
+    return with_options(stack, {r["backend"]: r["options"] for r in repairs if r.get("options")})
+
+
 def pinned_off(stack: Stack, moved) -> Stack:
     """``stack`` with each (backend, nodes) of ``moved`` pinned off that backend: how a
     repaired program is composed again (``plan.repairs`` lists them)."""
@@ -168,6 +211,7 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
             "nodes": list(c.nodes),
             "why": c.why,
             "moved_to": dict(Counter(went_to(c, n) for n in c.nodes)),
+            **({"options": dict(c.options)} if c.options else {}),
         }
         for c in failed
     )

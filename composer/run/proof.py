@@ -57,6 +57,8 @@ class Culprit:
     # Every delegate matched its own subgraph and the program missed: this one erred most.
     # Moving it is a try at a program that is right, not the repair of a known culprit.
     adds_up: bool = False
+    # the backend's safer options tried instead of moving the nodes (a repair of its own)
+    options: Mapping[str, str] = attrs.field(factory=dict)
 
     def describe(self) -> str:
         return f"{self.partition} {self.why}"
@@ -199,7 +201,12 @@ def localize_all(
     data = cuda_manifest.named_data(composition.buffer, composition.data_files) if has_cuda else {}
     finder = _DelegateChecker(reference, plan, data)
     with torch.no_grad():
-        finder.run(*inputs)
+        try:
+            finder.run(*inputs)
+        except _Stopped:
+            pass
+        except Exception:  # noqa: BLE001 - outside every delegate: no culprit to name
+            return []
     if finder.failed:
         found = [culprit(name, why) for name, why in finder.failed]
         return [c for c in found if c is not None]
@@ -220,6 +227,10 @@ def localize_all(
         )
         return [] if found is None else [attrs.evolve(found, adds_up=True)]
     return []
+
+
+class _Stopped(Exception):
+    """The reference could not go on past a delegate (``_DelegateChecker.failed`` says why)."""
 
 
 class _DelegateChecker(torch.fx.Interpreter):
@@ -247,9 +258,8 @@ class _DelegateChecker(torch.fx.Interpreter):
         return getattr(torch, declared.precision) if declared and declared.precision else None
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
-        expected = super().call_function(target, args, kwargs)
         if getattr(target, "__name__", "") != "executorch_call_delegate":
-            return expected
+            return super().call_function(target, args, kwargs)
         lowered, *operands = args
         name = next(
             n.target
@@ -257,6 +267,14 @@ class _DelegateChecker(torch.fx.Interpreter):
             # fetch_attr: constants' targets are dotted paths ("bn1.num_batches_tracked")
             if n.op == "get_attr" and self.fetch_attr(n.target) is lowered
         )
+        try:
+            expected = super().call_function(target, args, kwargs)
+        except Exception as error:
+            # The delegate's own subgraph refuses these inputs: it was made for other sizes
+            # (a partition whose dynamic dim was specialized to the example's). Nothing after
+            # it can run; it is the culprit.
+            self.failed.append((name, f"cannot run at this size: {first_line(error)[:200]}"))
+            raise _Stopped from error
         single = isinstance(expected, torch.Tensor)
         if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
             # loads libtorch's libraries globally, which the .so's aoti_torch_* symbols need

@@ -99,6 +99,8 @@ class Plan:
     dynamic_dims: tuple[dict[str, Any], ...] = ()
     # how far integer kernels may be from a quantized model's q/dq simulation (quantized.py)
     quantization: Tolerance | None = None
+    # backend -> the options it declares safer (BackendSpec.safer_options; not in to_json)
+    safer_options: dict[str, dict[str, str]] = attrs.field(factory=dict, eq=False)
     # node -> what each backend, in order, answered when offered it (not in to_json)
     decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
 
@@ -311,6 +313,9 @@ def describe_dynamic_dims(dims) -> str:
 def describe_repair(repair: Mapping[str, Any]) -> str:
     """One line for a moved partition: "openvino:1 failed at run time: ...; its 18 nodes went
     to portable"."""
+    if repair.get("options"):
+        options = ", ".join(f"{k}={v}" for k, v in repair["options"].items())
+        return f"{repair['partition']} ({repair['backend']}) {repair['why']}; tried {options}"
     went = ", ".join(f"{b} x{n}" for b, n in repair["moved_to"].items()) or "nowhere"
     return (
         f"{repair['partition']} ({repair['backend']}) {repair['why']}; its "

@@ -30,6 +30,10 @@ class CudaPlugin(AotiPlugin):
         # AotiPartitioner tags mutated buffers into its delegate (tag_mutated_buffer): an
         # LLM's KV caches stay on the device, not copied in and out every token.
         keeps_state=True,
+        # ExecuTorch's Triton kernels (its bf16 SDPA) are where a CUDA program that runs can be
+        # wrong (issue 41's bf16 encoder: 58x eager's error at length 3): off, SDPA is left to
+        # the next backend and the rest stays on the GPU.
+        safer_options={"triton_kernel_mode": "OFF"},
     )
     inductor_device = "cuda"
     options = (
