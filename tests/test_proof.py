@@ -283,3 +283,20 @@ def test_a_dynamic_program_whose_openvino_delegates_fail_at_other_sizes_is_repai
     assert plan.proof.startswith("ran and matched eager at 4 sizes")
     moved = [r for r in plan.repairs if r["why"].startswith("does not match its subgraph")]
     assert len(moved) >= 2 and all("output shape" in r["why"] for r in moved)
+
+
+def test_a_users_dynamic_program_stays_dynamic_through_every_lowering():
+    # A deepcopy of an ExportedProgram shares its ShapeEnv: the cuda backend's lowering without
+    # Triton kernels (SDPA decomposed) guarded on the sequence length and every later copy was
+    # static; a repair then proved and wrote a program for the example's length alone (the
+    # H100's bf16 encoder: [1, 16, 2048] out at length 3, error 16 at 200).
+    torch.manual_seed(0)
+    seq = torch.export.Dim("seq", min=2, max=64)
+    model = DynamicEncoder().eval().to(torch.bfloat16)
+    program = torch.export.export(
+        model, (torch.randn(1, 16, 32, dtype=torch.bfloat16),), dynamic_shapes=({1: seq},)
+    )
+    for mode in ("ON", "OFF", "ON"):
+        plan = composer.plan(program, "cuda", options={"cuda": {"triton_kernel_mode": mode}},
+                             cache=False)  # fmt: skip
+        assert [list(d["ranges"].values()) for d in plan.dynamic_dims] == [[[2, 64]]], mode

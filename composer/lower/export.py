@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,8 +55,47 @@ def fresh_program(model: Model, example_inputs: Sequence[Any] | None) -> Exporte
     """A program to lower that no lowering has touched: exported again, or the user's copied
     (ExecuTorch's lowering changes the program it is given)."""
     if isinstance(model, ExportedProgram):
-        return copy.deepcopy(model)
+        return _Untouched.of(model).copy()
     return export_model(model, example_inputs)
+
+
+class _Untouched:
+    """A user's ExportedProgram kept as torch.export serialized it, before any lowering.
+
+    A deepcopy shares the program's ShapeEnv, and a lowering that guards on a symbolic size
+    specializes it for every copy: after the cuda backend's first lowering of a dynamic bf16
+    encoder, the repair's copy had a static sequence length, and composer proved and wrote a
+    program that failed at every other length. A program loaded from bytes has its own.
+    """
+
+    _kept: dict[int, tuple[ExportedProgram, bytes | None]] = {}
+
+    def __init__(self, program: ExportedProgram, saved: bytes | None) -> None:
+        self.program, self.saved = program, saved
+
+    @classmethod
+    def of(cls, program: ExportedProgram) -> _Untouched:
+        kept = cls._kept.get(id(program))
+        if kept is None or kept[0] is not program:
+            saved = None
+            try:
+                buffer = io.BytesIO()
+                torch.export.save(program, buffer)
+                saved = buffer.getvalue()
+            except Exception:  # noqa: BLE001 - an op torch.export cannot serialize: deepcopy
+                saved = None
+            kept = cls._kept[id(program)] = (program, saved)
+            if len(cls._kept) > 8:  # a sweep composes many programs; keep the latest few
+                cls._kept.pop(next(iter(cls._kept)))
+        return cls(*kept)
+
+    def copy(self) -> ExportedProgram:
+        if self.saved is not None:
+            try:
+                return torch.export.load(io.BytesIO(self.saved))
+            except Exception:  # noqa: BLE001 - as above: a deepcopy is the next best
+                pass
+        return copy.deepcopy(self.program)
 
 
 def parameters_written(program: ExportedProgram) -> list[str]:
