@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import io
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.utils._pytree as pytree
@@ -68,7 +68,7 @@ class _Untouched:
     program that failed at every other length. A program loaded from bytes has its own.
     """
 
-    _kept: dict[int, tuple[ExportedProgram, bytes | None]] = {}
+    _kept: ClassVar[dict[int, tuple[ExportedProgram, bytes | None]]] = {}
 
     def __init__(self, program: ExportedProgram, saved: bytes | None) -> None:
         self.program, self.saved = program, saved
@@ -90,12 +90,12 @@ class _Untouched:
         return cls(*kept)
 
     def copy(self) -> ExportedProgram:
-        if self.saved is not None:
-            try:
-                return torch.export.load(io.BytesIO(self.saved))
-            except Exception:  # noqa: BLE001 - as above: a deepcopy is the next best
-                pass
-        return copy.deepcopy(self.program)
+        if self.saved is None:
+            return copy.deepcopy(self.program)
+        try:
+            return torch.export.load(io.BytesIO(self.saved))
+        except Exception:  # noqa: BLE001 - as above: a deepcopy is the next best
+            return copy.deepcopy(self.program)
 
 
 def parameters_written(program: ExportedProgram) -> list[str]:
