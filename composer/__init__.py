@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     )
     from composer.contract.op_names import op_name
     from composer.contract.options import Option
+    from composer.fleet import sweep
     from composer.pipeline.compose import compose, plan
     from composer.pipeline.methods import MethodsComposition
     from composer.pipeline.quantize import quantize
@@ -66,6 +67,7 @@ _MODULE_OF = {
     "partitioner": "composer.scheduler.drop_in",
     "plan": "composer.pipeline.compose",
     "quantize": "composer.pipeline.quantize",
+    "sweep": "composer.fleet",
 }
 
 __all__ = [
@@ -95,6 +97,7 @@ __all__ = [
     "partitioner",
     "plan",
     "quantize",
+    "sweep",
 ]
 
 

@@ -460,6 +460,20 @@ def _add_threads_argument(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from composer.fleet import sweep
+
+    summary = sweep(
+        args.models, args.stacks, results=args.results, html=args.html, golden=args.golden,
+        update_golden=args.update_golden, resume=args.resume, workers=args.workers,
+        ray=args.ray, bench=args.bench or 0, device_resource=args.device_resource,
+        progress=None if args.quiet else lambda line: print(line, flush=True),
+    )  # fmt: skip
+    print(summary.describe())
+    print(f"results: {args.results}" + (f", table: {args.html}" if args.html else ""))
+    return 0 if summary.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="composer", description="Compose several ExecuTorch backends into one .pte."
@@ -524,6 +538,31 @@ def build_parser() -> argparse.ArgumentParser:
     cache = commands.add_parser("cache", help="what composer keeps between runs")
     cache.add_argument("action", choices=("info", "clear"))
     cache.set_defaults(run=_cache)
+
+    sweep = commands.add_parser(
+        "sweep", help="compose many models with many stacks: local processes or a Ray cluster"
+    )
+    sweep.add_argument("models", nargs="+", help="zoo:NAME, model.pt2, module:function, or a "
+                       "manifest.txt naming one a line")  # fmt: skip
+    sweep.add_argument("--stacks", nargs="+", required=True, metavar="A,B",
+                       help="the stacks, each backends in priority order")  # fmt: skip
+    sweep.add_argument("--results", default="sweep.jsonl",
+                       help="one JSON record a job (default sweep.jsonl)")  # fmt: skip
+    sweep.add_argument("--html", help="also write the table of results as HTML")
+    sweep.add_argument("--golden", metavar="DIR", help="compare each plan with DIR/<job>.json")
+    sweep.add_argument("--update-golden", action="store_true", help="write the golden plans")
+    sweep.add_argument("--resume", action="store_true",
+                       help="skip the jobs the results file already holds")  # fmt: skip
+    sweep.add_argument("--workers", type=int, metavar="N", help="local processes (default: "
+                       "half the cores)")  # fmt: skip
+    sweep.add_argument("--ray", metavar="auto|ADDRESS",
+                       help="run the jobs as Ray tasks on this cluster (pip install ray)")  # fmt: skip
+    sweep.add_argument("--device-resource", metavar="NAME",
+                       help="with --ray: a custom resource every job asks for (device:h100)")  # fmt: skip
+    sweep.add_argument("--bench", type=int, nargs="?", const=200, metavar="N",
+                       help="time each program (N calls, default 200)")  # fmt: skip
+    sweep.add_argument("--quiet", action="store_true", help="no line per job")
+    sweep.set_defaults(run=_sweep)
 
     explain = commands.add_parser("explain", help="why a node went where it went")
     _add_stack_arguments(explain)

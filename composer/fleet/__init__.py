@@ -1,0 +1,130 @@
+"""Sweeps: many models composed with many stacks, one job each, in local processes or on a
+Ray cluster; one record a job in a results file, an HTML table, and the golden comparison
+the pytest plugin makes.
+
+    summary = composer.sweep(["zoo:mlp", "zoo:cnn"], ["xnnpack", "openvino,xnnpack"],
+                             results="sweep.jsonl", golden="golden/")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from composer.contract.errors import ComposerError
+from composer.fleet.jobs import Job, ResultsFile, jobs_of, run_job
+from composer.report.golden import describe_golden_diff
+from composer.report.sweep_html import sweep_html
+
+__all__ = ["Job", "SweepSummary", "jobs_of", "run_job", "sweep"]
+
+
+@attrs.frozen
+class SweepSummary:
+    """What a sweep did: every job's record (those of earlier runs too, with ``resume``)."""
+
+    records: tuple[dict[str, Any], ...]
+    ran: int  # jobs run now
+    skipped: int  # jobs whose record an earlier run wrote (resume)
+
+    @property
+    def ok(self) -> bool:
+        """Every job composed and proven, and matched its golden plan where there is one."""
+        return all(r["ok"] and not r.get("golden_check", "").startswith("differs") for r in
+                   self.records)  # fmt: skip
+
+    def describe(self) -> str:
+        failed = [r for r in self.records if not r["ok"]]
+        moved = [r for r in self.records if r.get("golden_check", "").startswith("differs")]
+        return (
+            f"{len(self.records)} job(s): {len(self.records) - len(failed)} composed, "
+            f"{len(failed)} failed, {len(moved)} differ from their golden plan "
+            f"({self.ran} run now, {self.skipped} from an earlier run)"
+        )
+
+
+def sweep(
+    models: Sequence[str],
+    stacks: Sequence[str],
+    *,
+    results: str | os.PathLike = "sweep.jsonl",
+    html: str | os.PathLike | None = None,
+    golden: str | os.PathLike | None = None,
+    update_golden: bool = False,
+    resume: bool = False,
+    workers: int | None = None,
+    ray: str | None = None,
+    bench: int = 0,
+    device_resource: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SweepSummary:
+    """Compose every model with every stack, each a job; write one record a job to ``results``
+    (JSON lines) as it finishes, and ``html`` at the end. ``golden``: compare each plan with
+    ``golden/<job>.json`` (``update_golden``: write them). ``resume``: skip the jobs
+    ``results`` already holds. Jobs run in ``workers`` local processes (default: half the
+    cores, at least one), or as Ray tasks on the cluster at ``ray`` ("auto" or an address);
+    ``device_resource`` is a custom Ray resource every job asks for (``device:h100``)."""
+    say = progress or (lambda line: None)
+    jobs = jobs_of(models, stacks)
+    file = ResultsFile(results, resume=resume)
+    todo = [job for job in jobs if not file.has(job)]
+    skipped = len(jobs) - len(todo)
+    if golden is not None:
+        Path(golden).mkdir(parents=True, exist_ok=True)
+
+    def done(record: dict[str, Any]) -> None:
+        if golden is not None and record["ok"]:
+            record["golden_check"] = _golden_check(record, Path(golden), update_golden)
+        if file.write(record):
+            verdict = "ok" if record["ok"] else f"FAILED: {record.get('error', '')[:200]}"
+            check = f" ({record['golden_check']})" if "golden_check" in record else ""
+            say(f"{record['model']} @ {record['stack']}: {verdict}{check}")
+
+    if skipped:
+        say(f"{skipped} job(s) already in {results}: skipped")
+    if todo and ray is not None:
+        from composer.fleet.on_ray import run_on_ray
+
+        run_on_ray(todo, ray, bench, done, lambda job: _resources(job, device_resource))
+    elif todo:
+        if device_resource is not None:
+            raise ComposerError("--device-resource asks Ray for a resource: pass --ray too.")
+        processes = workers or max(1, (os.cpu_count() or 2) // 2)
+        from composer.fleet.local import run_locally
+
+        run_locally(todo, processes, bench, done)
+    records = tuple(file.of(jobs))
+    if html is not None:
+        Path(html).write_text(sweep_html(records))
+    return SweepSummary(records, len(todo), skipped)
+
+
+def _golden_check(record: dict[str, Any], folder: Path, update: bool) -> str:
+    path = folder / Job(record["model"], record["stack"]).golden_name
+    if update or not path.is_file():
+        path.write_text(json.dumps(record["golden"], indent=2, sort_keys=True) + "\n")
+        return f"golden written: {path.name}"
+    moved = describe_golden_diff(json.loads(path.read_text()), record["golden"])
+    return f"differs from {path.name}: {'; '.join(moved)}" if moved else "matches its golden plan"
+
+
+def _resources(job: Job, device_resource: str | None) -> dict[str, Any]:
+    """What a job asks Ray for: a GPU where a backend of its stack runs on one, the named
+    device resource where the sweep times on a device."""
+    from composer.registry.discovery import default_registry
+
+    asks: dict[str, Any] = {}
+    try:
+        devices = {b.spec.device for b in default_registry().resolve(job.stack.split(","))}
+    except ComposerError:
+        devices = set()  # the job itself will say what is wrong with the stack
+    if "cuda" in devices:
+        asks["num_gpus"] = 1
+    if device_resource:
+        asks["resources"] = {device_resource: 1}
+    return asks

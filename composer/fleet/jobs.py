@@ -1,0 +1,153 @@
+"""One job of a sweep: a model composed with a stack, proven, timed if asked; its result as a
+plain record; and the results file each record is written to once.
+
+A job runs in whichever process its executor gives it (a local worker process, a Ray task on
+another node): it loads the model as the command line names it, composes with composer's cache
+(content-addressed, so workers sharing a cache folder share lowered partitions safely) and
+returns data only, never an exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from composer.contract.errors import ComposerError, first_line
+
+
+@attrs.frozen
+class Job:
+    """A model as the command line names it (``zoo:mlp``, ``model.pt2``, ``module:function``)
+    and a stack (``"openvino,xnnpack"``)."""
+
+    model: str
+    stack: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.model} @ {self.stack}"
+
+    @property
+    def golden_name(self) -> str:
+        """The golden file's name: ``zoo_mlp.openvino-xnnpack.json``."""
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.model)
+        return f"{safe}.{self.stack.replace(',', '-')}.json"
+
+
+def jobs_of(models: Sequence[str], stacks: Sequence[str]) -> list[Job]:
+    """Every (model, stack) pair, models first; a model ending in ``.txt`` is a manifest: one
+    model a line, ``#`` starting a comment."""
+    named: list[str] = []
+    for model in models:
+        if model.endswith(".txt"):
+            path = Path(model)
+            if not path.is_file():
+                raise ComposerError(f"no such manifest: {model}")
+            for line in path.read_text().splitlines():
+                line = line.split("#", 1)[0].strip()
+                if line:
+                    named.append(line)
+        else:
+            named.append(model)
+    if not named or not stacks:
+        raise ComposerError("a sweep needs at least one model and one stack.")
+    return [Job(model, ",".join(s.split(","))) for model in dict.fromkeys(named) for s in stacks]
+
+
+def run_job(job: Mapping[str, str], bench: int = 0) -> dict[str, Any]:
+    """Compose ``job`` (``{"model": ..., "stack": ...}``) with its proof, time it with ``bench``
+    calls if asked; the result as a record. Errors are recorded, not raised: a sweep goes on."""
+    from composer.model_source import load_model
+    from composer.pipeline.compose import compose
+    from composer.report.golden import golden_summary
+
+    record: dict[str, Any] = {"model": job["model"], "stack": job["stack"], "ok": False}
+    started = time.perf_counter()
+    try:
+        model, inputs = load_model(job["model"])
+        composition = compose(model, job["stack"], inputs)
+        plan = composition.plan
+        record.update(
+            ok=True,
+            proof=plan.proof,
+            digest=hashlib.sha256(composition.buffer).hexdigest()[:16],
+            program_bytes=len(composition.buffer),
+            golden=golden_summary(plan),
+            plan=plan.to_dict(),
+        )
+        if bench:
+            record["latency_us"] = _latency(composition, bench)
+    except ComposerError as error:
+        record["error"] = f"{type(error).__name__}: {error}"
+    except Exception as error:  # noqa: BLE001 - an internal error is a result too, with its name
+        record["error"] = f"internal error, {type(error).__name__}: {first_line(error)}"
+    record["seconds"] = round(time.perf_counter() - started, 2)
+    record["host"], record["pid"] = socket.gethostname(), os.getpid()
+    return record
+
+
+def _latency(composition, runs: int) -> dict[str, float] | str:
+    """Median and fastest call of the program in the pip runtime, or why it cannot run here."""
+    from composer.measure.latency import interleaved
+    from composer.run.inputs import flat_inputs
+    from composer.run.runtime import LoadedProgram, runtime_can_run
+
+    runnable, why = runtime_can_run(composition.buffer)
+    if not runnable:
+        return f"not timed: {why}"
+    loaded = LoadedProgram(composition.buffer)
+    inputs = flat_inputs(composition.example_inputs)
+    timed = interleaved({"program": lambda: loaded.method.execute(inputs)}, runs)["program"]
+    return {"median_us": round(timed.median_us, 1), "best_us": round(timed.best_us or 0.0, 1)}
+
+
+class ResultsFile:
+    """One JSON record a line, each job's written once, flushed to disk as it comes: a sweep
+    whose driver is killed keeps every result it had, and ``resume`` skips those jobs."""
+
+    def __init__(self, path: str | os.PathLike, *, resume: bool) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.records: dict[str, dict[str, Any]] = self._read() if resume else {}
+        if not resume:
+            self.path.write_text("")
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        if not self.path.is_file():
+            return found
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the line a killed driver was writing
+            found.setdefault(Job(record["model"], record["stack"]).key, record)
+        # the file as read, whole lines only: a torn last line is not left in front of new ones
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in found.values()))
+        return found
+
+    def has(self, job: Job) -> bool:
+        return job.key in self.records
+
+    def write(self, record: dict[str, Any]) -> bool:
+        """Append ``record`` unless its job has one; whether it was written."""
+        key = Job(record["model"], record["stack"]).key
+        if key in self.records:
+            return False
+        self.records[key] = record
+        with self.path.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        return True
+
+    def of(self, jobs: Iterable[Job]) -> list[dict[str, Any]]:
+        return [self.records[job.key] for job in jobs if job.key in self.records]

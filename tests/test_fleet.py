@@ -1,0 +1,99 @@
+"""Sweeps (composer.fleet, ``composer sweep``): one record a job, written once, a table, the
+golden comparison, resuming; local processes by default, Ray tasks on a cluster whose worker
+node dies mid-sweep."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+import composer
+from composer.cli import main
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_local_sweep_writes_a_record_a_job_and_a_resumed_one_runs_only_the_rest(tmp_path):
+    results, table = tmp_path / "sweep.jsonl", tmp_path / "sweep.html"
+    first = composer.sweep(["zoo:mlp", "zoo:cumsum_mlp"], ["xnnpack"], results=results,
+                           html=table, workers=2)  # fmt: skip
+    assert first.ok and first.ran == 2 and first.skipped == 0
+    records = lines(results)
+    assert sorted(r["model"] for r in records) == ["zoo:cumsum_mlp", "zoo:mlp"]
+    for record in records:
+        assert record["ok"] and record["proof"].startswith("ran and matched eager"), record
+        assert len(record["digest"]) == 16 and record["plan"]["backends"] == ["xnnpack"]
+    assert "zoo:cumsum_mlp" in table.read_text() and "<table>" in table.read_text()
+    again = composer.sweep(["zoo:mlp", "zoo:cumsum_mlp"], ["xnnpack", "xnnpack,openvino"],
+                           results=results, resume=True, workers=2)  # fmt: skip
+    assert again.ran == 2 and again.skipped == 2
+    keys = [(r["model"], r["stack"]) for r in lines(results)]
+    assert len(keys) == 4 == len(set(keys))
+
+
+def test_golden_plans_are_written_then_compared_and_a_moved_op_fails_the_sweep(tmp_path, capsys):
+    golden, results = tmp_path / "golden", tmp_path / "r.jsonl"
+    args = ["sweep", "zoo:cumsum_mlp", "--stacks", "xnnpack", "--results", str(results),
+            "--golden", str(golden), "--workers", "1"]  # fmt: skip
+    assert main([*args, "--update-golden"]) == 0
+    (written,) = golden.glob("*.json")
+    assert written.name == "zoo_cumsum_mlp.xnnpack.json"
+    assert main(args) == 0
+    assert "matches its golden plan" in capsys.readouterr().out
+    pinned = json.loads(written.read_text())
+    pinned["ops"].setdefault("portable", {})["aten.linear.default"] = 2  # a pin from before
+    written.write_text(json.dumps(pinned))
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "differs from zoo_cumsum_mlp.xnnpack.json: aten.linear.default: " in out
+    assert "1 differ from their golden plan" in out
+
+
+def test_a_job_that_fails_is_a_record_and_the_sweep_goes_on(tmp_path):
+    summary = composer.sweep(["zoo:no_such_model", "zoo:mlp"], ["xnnpack"],
+                             results=tmp_path / "r.jsonl", workers=1)  # fmt: skip
+    by_model = {r["model"]: r for r in summary.records}
+    assert not summary.ok and by_model["zoo:mlp"]["ok"]
+    assert by_model["zoo:no_such_model"]["error"].startswith("ModelError: ")
+    assert "internal error" not in by_model["zoo:no_such_model"]["error"]
+
+
+def test_device_resources_need_ray(tmp_path):
+    with pytest.raises(composer.ComposerError, match="pass --ray too"):
+        composer.sweep(["zoo:mlp"], ["xnnpack"], results=tmp_path / "r.jsonl",
+                       device_resource="device:h100")  # fmt: skip
+
+
+def test_a_ray_sweep_whose_worker_node_dies_still_has_one_record_a_job(tmp_path):
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    models = ["zoo:mlp", "zoo:cumsum_mlp", "zoo:cnn", "zoo:cond"]
+    serial = composer.sweep(models, ["xnnpack"], results=tmp_path / "serial.jsonl", workers=1)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        doomed = cluster.add_node(num_cpus=1)
+        cluster.add_node(num_cpus=1)
+        first_done = threading.Event()
+
+        def kill_a_node() -> None:
+            first_done.wait(300)
+            cluster.remove_node(doomed)  # its running task is retried on the other node
+
+        killer = threading.Thread(target=kill_a_node)
+        killer.start()
+        summary = composer.sweep(models, ["xnnpack"], results=tmp_path / "ray.jsonl",
+                                 ray=cluster.address, progress=lambda line: first_done.set())  # fmt: skip
+        killer.join()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    records = lines(tmp_path / "ray.jsonl")
+    assert sorted(r["model"] for r in records) == sorted(models)  # one each, none twice
+    assert summary.ok
+    expected = {r["model"]: r["golden"] for r in serial.records}
+    assert {r["model"]: r["golden"] for r in records} == expected
