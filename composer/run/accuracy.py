@@ -113,7 +113,10 @@ class Verdict:
         """``rmse 0.0051 against fp64, eager bf16 0.0047, allowed 0.014``; or why not judged so."""
         worst = self.worst()
         if worst is None:
-            return f"max |composed - eager| = {self.max_abs_error:.3g}"
+            without = (
+                "" if self.truth else " (no higher-precision run of this model: held to eager)"
+            )
+            return f"max |composed - eager| = {self.max_abs_error:.3g}{without}"
         if worst.program_error is None:
             return worst.why
         eager = f"eager {self.eager_in} " if self.eager_in else "eager "
