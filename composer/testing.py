@@ -8,7 +8,7 @@ Active once composer is installed (entry point ``pytest11``). In a test::
 
 ``composer_check`` composes the model (plans it, for backends that cannot lower on this
 machine), asserts every partition convex and the stacked program acyclic, compares the output
-with eager within a tolerance set by dtype (in the ExecuTorch runtime where the stack allows,
+as the proof judges it, against fp64 beside eager (in the ExecuTorch runtime where the stack allows,
 else the Python reference run), and compares the plan with ``golden/<name>.json`` beside the
 test file. ``pytest --composer-update-golden`` rewrites the golden files.
 """
