@@ -24,7 +24,7 @@ def _stack(args: argparse.Namespace):
     placement = "strict" if args.no_consolidate else args.placement
     return stack_from(
         path, args.backends, args.option, placement, args.tune_budget, args.threads,
-        getattr(args, "repair_time", None),
+        args.repair_time,
     )  # fmt: skip
 
 
@@ -279,17 +279,15 @@ def _run(args: argparse.Namespace) -> int:
         _print_runner_latency(runner, program, data_paths, flat, args.bench, args.threads)
     if eager is None:
         return 0
-    from composer.run.accuracy import judge, run_in_precision, truth
+    from composer.run.accuracy import eager_in_precision, judge, truth
     from composer.run.runtime import installed_tolerance
 
     with torch.no_grad():
         expected = eager(*inputs)
     tolerance = installed_tolerance(buffer)
-    eager_in = tolerance.precision if tolerance is not None else ""
-    if eager_in:
-        # a backend computing in bf16 by design is held to eager in bf16
-        lowered = run_in_precision(eager, inputs, getattr(torch, eager_in))
-        expected, eager_in = (lowered, eager_in) if lowered is not None else (expected, "")
+    precision = tolerance.precision if tolerance is not None else None
+    # a backend computing in bf16 by design is held to eager in bf16
+    expected, eager_in = eager_in_precision(eager, inputs, expected, precision)
     reference, truth_name = truth(eager, inputs)
     verdict = judge(outputs, expected, reference, steps=tolerance.steps if tolerance else 0,
                     truth_name=truth_name, eager_in=eager_in)  # fmt: skip

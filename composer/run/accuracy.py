@@ -98,16 +98,13 @@ class Verdict:
         return worst
 
     def worst(self) -> OutputVerdict | None:
-        """The output furthest past (or closest to) its allowance."""
-        judged = [o for o in self.outputs if o.allowed is not None and o.program_error is not None]
-        failed = [o for o in self.outputs if not o.ok]
-        if failed:
-            judged = [o for o in failed if o.allowed is not None] or judged
-            if not judged:
-                return failed[0]
-        if not judged:
+        """A failing output (one without figures first), else the one closest to its allowance."""
+        pool = [o for o in self.outputs if not o.ok] or [
+            o for o in self.outputs if o.allowed is not None
+        ]
+        if not pool:
             return None
-        return max(judged, key=lambda o: o.program_error / o.allowed if o.allowed else math.inf)
+        return max(pool, key=lambda o: o.program_error / o.allowed if o.allowed else math.inf)
 
     def describe(self) -> str:
         """``rmse 0.0051 against fp64, eager bf16 0.0047, allowed 0.014``; or why not judged so."""
@@ -227,6 +224,23 @@ def run_in_precision(
             return copied(*in_precision(tuple(inputs), dtype))
     except Exception:  # noqa: BLE001 - any failure means the same: no run in that precision
         return None
+
+
+def eager_in_precision(
+    module: torch.nn.Module, inputs: Sequence[Any], eager: Any, precision: str | None
+) -> tuple[Any, str]:
+    """(eager's outputs as a backend computing in ``precision`` by design is held to them, that
+    precision's name or ""): ``module`` run in that precision where ``eager``'s outputs are more
+    precise (OpenVINO in bf16 on an fp32 model), else ``eager`` as it is."""
+    if not precision:
+        return eager, ""
+    dtype = getattr(torch, precision)
+    finer = any(
+        t.is_floating_point() and torch.finfo(t.dtype).eps < torch.finfo(dtype).eps
+        for t in flatten_tensors(eager)
+    )
+    lowered = run_in_precision(module, inputs, dtype) if finer else None
+    return (eager, "") if lowered is None else (lowered, precision)
 
 
 _QUANTIZE = {

@@ -20,7 +20,7 @@ import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
-from composer.run.accuracy import judge, run_in_precision, truth
+from composer.run.accuracy import eager_in_precision, judge, truth
 from composer.run.inputs import flat_inputs, sizes_to_prove
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, expected_outputs, verify
@@ -249,13 +249,13 @@ class _DelegateChecker(torch.fx.Interpreter):
         self.failed: list[tuple[str, str]] = []  # (delegate, why)
         self.unchecked: list[tuple[str, str]] = []  # (delegate, why it has no program alone)
 
-    def _precision(self, lowered) -> torch.dtype | None:
+    def _precision(self, lowered) -> str | None:
         """The lower precision ``lowered``'s backend computes in by design, if it declares one."""
         nodes = {n.name for n in lowered.original_module.graph.nodes}
         partition = partition_of(self.plan, nodes)
         backend = next((p.backend for p in self.plan.partitions if p.id == partition), None)
         declared = self.plan.tolerances.get(backend) if backend else None
-        return getattr(torch, declared.precision) if declared and declared.precision else None
+        return declared.precision if declared and declared.precision else None
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if getattr(target, "__name__", "") != "executorch_call_delegate":
@@ -305,14 +305,8 @@ class _DelegateChecker(torch.fx.Interpreter):
             return expected
         subgraph = lowered.original_module.module()
         true, truth_name = truth(subgraph, operands)
-        eager, eager_in = expected, ""
-        precision = self._precision(lowered)
-        if precision is not None:
-            # a backend computing in bf16 by design is held to its subgraph run in bf16
-            lowered_eager = run_in_precision(subgraph, operands, precision)
-            if lowered_eager is not None:
-                eager = lowered_eager
-                eager_in = str(precision).removeprefix("torch.")
+        # a backend computing in bf16 by design is held to its subgraph run in bf16
+        eager, eager_in = eager_in_precision(subgraph, operands, expected, self._precision(lowered))
         verdict = judge(
             got, eager, true, steps=self.steps, truth_name=truth_name, eager_in=eager_in
         )

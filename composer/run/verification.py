@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
-from composer.run.accuracy import Verdict, flatten_tensors, judge, run_in_precision, truth
+from composer.run.accuracy import Verdict, eager_in_precision, judge, truth
 from composer.run.inputs import flat_inputs
 from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
 from composer.scheduler.plans import Plan
@@ -91,22 +91,10 @@ def expected_outputs(composition: Checkable, inputs: Sequence[Any]) -> Expected:
     tolerance = plan.tolerance()
     steps = tolerance.steps if tolerance is not None else 0
     reference, name = truth(composition.eager, inputs)
-    precision, eager_in = plan.computes_in(), ""
-    precision = getattr(torch, precision) if precision else None
-    if precision is not None and _lower_precision(eager, precision):
-        # A backend computing in bf16 by design (OpenVINO on CPUs with bf16 units) is held to
-        # what eager achieves in bf16, not fp32: the plan says so.
-        lowered = run_in_precision(composition.eager, inputs, precision)
-        if lowered is not None:
-            eager, eager_in = lowered, str(precision).removeprefix("torch.")
+    # A backend computing in bf16 by design (OpenVINO on CPUs with bf16 units) is held to
+    # what eager achieves in bf16, not fp32: the plan says so.
+    eager, eager_in = eager_in_precision(composition.eager, inputs, eager, plan.computes_in())
     return Expected(eager, reference, name, eager_in, steps)
-
-
-def _lower_precision(outputs: Any, dtype: torch.dtype) -> bool:
-    return any(
-        t.is_floating_point() and torch.finfo(t.dtype).eps < torch.finfo(dtype).eps
-        for t in flatten_tensors(outputs)
-    )
 
 
 def verify(
