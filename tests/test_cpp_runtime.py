@@ -32,6 +32,20 @@ def test_a_runner_variable_naming_no_program_is_an_error_that_says_what_to_do(
         cpp_runtime.runner_path()
 
 
+def test_a_load_that_fails_for_want_of_a_kernel_names_the_operator():
+    # As ExecuTorch's runtime logs it (operator_registry.cpp, method.cpp) when a program keeps
+    # an op the runtime has no kernel for: the runner's error then leads with it.
+    stderr = (
+        "E 00:00:00.2 executorch:operator_registry.cpp:275] kernel 'aten::linear.out' not found.\n"
+        "E 00:00:00.2 executorch:operator_registry.cpp:278] dtype: 15 | dim order: [\n"
+        "E 00:00:00.2 executorch:operator_registry.cpp:278] ]\n"
+        "E 00:00:00.2 executorch:method.cpp:824] Missing operator: [7] aten::linear.out\n"
+        "E 00:00:00.2 executorch:method.cpp:824] Missing operator: [9] llama::sdpa.out\n"
+    )
+    assert cpp_runtime.missing_kernels(stderr) == ["aten::linear.out", "llama::sdpa.out"]
+    assert cpp_runtime.missing_kernels("E method.cpp] Invalid program") == []
+
+
 def test_without_the_variable_the_pip_runtime_runs_what_it_can():
     assert os.environ.get(cpp_runtime.RUNNER_VARIABLE) is None or pytest.skip("runner set here")
     assert cpp_runtime.runner_path() is None

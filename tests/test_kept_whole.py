@@ -74,3 +74,30 @@ def test_lowering_again_starts_from_a_program_no_backend_changed():
     assert composition.plan.ops_on("openvino")["aten.mul.Tensor"] == 1
     assert dict(composition.plan.ops_on("portable")) == {"aten.max_pool2d_with_indices.default": 1}
     assert_runs_like_eager(composition)
+
+
+def test_an_op_kept_whole_that_the_target_runtime_has_no_kernel_for_is_decomposed(monkeypatch):
+    """XNNPACK keeps ``aten.linear`` whole; pinned off it, the linear has an out variant and
+    the pip runtime a kernel for it, so it stays whole. A runtime without that kernel
+    (bench/et_runtime's runner links the portable kernels alone: no ``aten::linear.out``;
+    ``$COMPOSER_ET_RUNNER --list-kernels`` says so) would fail to load the program with error
+    20, so for it the linear is decomposed into ops it has."""
+    from executorch.extension.pybindings import portable_lib
+
+    import composer.lower.stack
+
+    stack = composer.Stack(["xnnpack"], never={"xnnpack": ["aten.linear.default"]})
+    inputs = (torch.randn(1, 3, 8, 8),)
+    kept = composer.compose(ConvPoolLinear().eval(), stack, inputs, cache=False)
+    assert kept.plan.ops_on("portable")["aten.linear.default"] == 1
+
+    without_linear = frozenset(portable_lib._get_operator_names()) - {"aten::linear.out"}
+    monkeypatch.setattr(composer.lower.stack, "target_kernels", lambda: without_linear)
+    said: list[str] = []
+    composition = composer.compose(ConvPoolLinear().eval(), stack, inputs, cache=False,
+                                   progress=said.append)  # fmt: skip
+    portable = composition.plan.ops_on("portable")
+    assert "aten.linear.default" not in portable
+    assert portable.keys() & {"aten.addmm.default", "aten.mm.default"}
+    assert any(line.startswith("decomposing aten_linear_default") for line in said)
+    assert_runs_like_eager(composition)

@@ -26,6 +26,7 @@ from composer.lower.fingerprint import (
     program_digest,
     versions,
 )
+from composer.lower.runtime_kernels import kernels_digest, target_kernels
 from composer.registry.stack import Stack
 
 
@@ -56,7 +57,11 @@ class ProgramCache:
             ]
         except Unfingerprintable:
             return None
-        key = digest(versions(), *backends, repr(stack.settings()), repr(stack.consolidates))
+        # The target runtime's kernels decide what lowering may leave undelegated.
+        runtime = kernels_digest(target_kernels())
+        key = digest(
+            versions(), *backends, repr(stack.settings()), repr(stack.consolidates), runtime
+        )
         return cls(tuple(Store(folder, kind) for kind in kinds), Store(folder, "module"), key)
 
     def _key(self, store: Store, content: str) -> str:

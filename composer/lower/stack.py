@@ -17,6 +17,7 @@ from composer.contract.errors import ComposerError, PluginError, PreprocessFaile
 from composer.lower.compiler_raised import CompilerRaised, said
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
+from composer.lower.runtime_kernels import target_kernels
 from composer.registry.discovery import Backend, Registry
 from composer.registry.stack import Stack
 from composer.scheduler.build import build_plan
@@ -93,11 +94,13 @@ def _lower_once(
         for backend in backends
     ]
     schedule = StackSchedule(partitioners, stack.never, stack.consolidates, gone)
+    kernels = None if stand_ins >= {b.name for b in backends} else target_kernels()
     for partitioner in partitioners:
         partitioner.stack = tuple(partitioners)
         partitioner.schedule = schedule
         partitioner.decomposed = decomposed
         partitioner.keep_whole = stack.keep_whole
+        partitioner.kernels = kernels
         if partitioner.stand_in:
             partitioner.check_backend_class = (
                 registry.unavailable_reason(partitioner.backend) is None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import tempfile
@@ -27,8 +28,8 @@ import torch
 
 from composer.contract.errors import ComposerError
 from composer.lower.atomic import ptd_name
+from composer.lower.runtime_kernels import RUNNER_VARIABLE, runner_kernels  # noqa: F401
 
-RUNNER_VARIABLE = "COMPOSER_ET_RUNNER"
 MAGIC = b"ETRUNIO1"
 EXECUTOR = "ExecuTorch C++ runtime"
 # ExecuTorch ScalarType codes (equal to c10's).
@@ -48,7 +49,24 @@ CODES = {dtype: code for code, dtype in DTYPES.items()}
 
 
 class RunnerError(RuntimeError):
-    """The runner could not load or run the program; the message has its stderr's end."""
+    """The runner could not load or run the program; the message has its stderr's end, led by
+    the operators it found no kernel for (``missing_kernels``)."""
+
+    def __init__(self, message: str, missing: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.missing = tuple(missing)
+
+
+# ExecuTorch's registry logs "kernel 'aten::foo.out' not found." before the method's
+# "Missing operator: [3] aten::foo.out" (error 20 at load): the lines that say what to fix,
+# often thousands of characters before the end of stderr.
+_MISSING = re.compile(r"kernel '([^']+)' not found|Missing operator: \[\d+\] (\S+)")
+
+
+def missing_kernels(stderr: str) -> list[str]:
+    """The operators ``stderr`` of a failed load says the runtime has no kernel for."""
+    found = (a or b for a, b in _MISSING.findall(stderr))
+    return list(dict.fromkeys(found))
 
 
 def write_tensors(path: str | os.PathLike, tensors: Sequence[torch.Tensor]) -> None:
@@ -138,7 +156,10 @@ def run_pte_detailed(
                 report = json.loads(line)
         if done.returncode != 0 or report is None or not report.get("ok"):
             why = report.get("error") if report else f"exit status {done.returncode}"
-            raise RunnerError(f"{why}; stderr ends: {done.stderr[-3000:]}")
+            missing = missing_kernels(done.stderr)
+            if missing:
+                why += f" (this runtime has no kernel for {', '.join(missing)})"
+            raise RunnerError(f"{why}; stderr ends: {done.stderr[-3000:]}", missing)
         report["outputs"] = read_tensors(outputs_path) if inputs is not None else None
         report["step_outputs"] = [read_tensors(out) for _, out in step_paths]
     report["seconds"] = report.pop("times_s")

@@ -49,6 +49,20 @@ def aten_op(target: object) -> object:
     return getattr(target, "_op", target)
 
 
+def kernel_name(target: object) -> str | None:
+    """The name a runtime registers ``target``'s kernel under (``"aten::linear.out"``), else
+    ``None`` (no out variant)."""
+    try:
+        out = (
+            target.to_out_variant()
+            if hasattr(target, "to_out_variant")
+            else to_out_variant(target)[0]
+        )
+    except RuntimeError:
+        return None
+    return f"{out._schema.name}.{out._overloadname}"
+
+
 def has_out_variant(target: object) -> bool:
     """Whether ``to_executorch`` can give ``target`` (an edge op) a kernel: it looks for the
     op's out variant, and without one fails with "Missing out variants" (aten.max_pool2d,
@@ -63,6 +77,11 @@ def has_out_variant(target: object) -> bool:
     return True
 
 
+def _runs(target: object, kernels: Collection[str] | None) -> bool:
+    name = kernel_name(target)
+    return name is not None and (kernels is None or name in kernels)
+
+
 # One backend that asked to keep ops whole: its name, the ATen ops it asked for, and why its
 # last partition() left each node it did not take.
 Keeper = tuple[str, Collection[object], Mapping[str, str]]
@@ -75,6 +94,7 @@ def kept_whole_but_left(
     op_filter: Callable[[torch.fx.Node], bool] | None,
     keepers: Sequence[Keeper],
     kept: Sequence[torch._ops.OpOverload] = (),
+    kernels: Collection[str] | None = None,
 ) -> dict[str, tuple[str, dict[str, str]]]:
     """The nodes of ``program`` (lowered by the whole stack; ``taken``: delegated) that
     ExecuTorch will refuse: kept whole as the stack asked (``ops``, under ``op_filter``) and
@@ -82,7 +102,10 @@ def kept_whole_but_left(
     they left it. The same tests as ExecuTorch's own check after lowering
     (``_sanity_check_graph_for_non_decomp_ops``, which asks for ``ops`` and ``op_filter`` again
     of the lowered program) and as ``to_executorch``'s (a node of ``kept``, what the
-    decomposition kept whole, with no out variant), made before it lowers."""
+    decomposition kept whole, with no out variant), made before it lowers. ``kernels``: the
+    operators the target runtime has kernels for (``None``: any with an out variant); a node
+    kept whole whose kernel it lacks is refused too, so it is decomposed and the program loads
+    there (bench/et_runtime's runner has no ``aten::linear.out``, which CUDA keeps whole)."""
     refused = _with_edge_forms(preserved(ops))
     # ``kept``: what the decomposition kept whole (the stack's answer before lowering, which
     # ``ops``, asked of the lowered program, may no longer list: the AOTInductor plugins').
@@ -99,7 +122,7 @@ def kept_whole_but_left(
         # to_executorch. A node made after the edge dialect (scalar_tensor, from a
         # decomposition while lowering) still has its ATen op, and the filter keeps it.
         checked = node.target in refused and (op_filter is None or op_filter(node))
-        if not checked and has_out_variant(node.target):
+        if not checked and _runs(node.target, kernels):
             continue
         why = {
             name: declined.get(node.name, "not taken")

@@ -118,6 +118,9 @@ class ComposerPartitioner(Partitioner):
         self.asked_to_keep: tuple[list[object], Callable | None] | None = None
         # composer.Stack.keep_whole: "priority" asks backends ahead for the pieces, "any" not.
         self.keep_whole = "priority"
+        # The operators the runtime that will run the program has kernels for (None: any
+        # with an out variant): what is kept whole and left must be among them.
+        self.kernels: frozenset[str] | None = None
         # A stand-in for a backend that can lower here: its ExecuTorch backend must exist too,
         # so that a plan that succeeds means lowering will find it.
         self.check_backend_class = not stand_in
@@ -408,7 +411,7 @@ class ComposerPartitioner(Partitioner):
         ops, op_filter = self._stack_ops_to_not_decompose(program, record=False)
         # What the decomposition kept whole: to_executorch refuses what of it has no kernel.
         kept = self.asked_to_keep[0] if self.asked_to_keep is not None else ops
-        return kept_whole_but_left(program, taken, ops, op_filter, keepers, kept)
+        return kept_whole_but_left(program, taken, ops, op_filter, keepers, kept, self.kernels)
 
     def _report(self, partitions: list[list[torch.fx.Node]], elapsed: float) -> None:
         if self.progress is None:

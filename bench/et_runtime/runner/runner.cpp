@@ -7,7 +7,11 @@
  *                      [--method forward] [--warmup 3] [--repeats 20] [--threads N]
  *                      [--step in1.bin out1.bin [--step in2.bin out2.bin ...]]
  *                      [--mempool-keep]
+ *   composer_et_runner --list-kernels
  *
+ * --list-kernels prints the operators this runtime has kernels for, one JSON line
+ * ({"ok": true, "kernels": ["aten::add.out", ...]}), and exits: composer reads it to know which
+ * undelegated operators a program may keep before it writes one that fails to load here.
  * --step runs the method once on each file's inputs, in order, right after loading and before
  * the timed calls, and writes that call's outputs: state the program keeps between calls (a KV
  * cache updated in place) carries from one step to the next, as in a decoding loop.
@@ -36,6 +40,7 @@
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/extension/threadpool/threadpool.h>
+#include <executorch/runtime/kernel/operator_registry.h>
 #include <executorch/runtime/platform/runtime.h>
 
 #ifdef COMPOSER_RUNNER_CUDA
@@ -176,6 +181,26 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void list_kernels() {
+  executorch::runtime::runtime_init();
+  std::vector<std::string> names;
+  for (const auto& kernel : executorch::runtime::get_registered_kernels()) {
+    std::string name = kernel.name_;
+    bool seen = false;
+    for (const auto& known : names) {
+      seen = seen || known == name;
+    }
+    if (!seen) {
+      names.push_back(name);
+    }
+  }
+  std::printf("{\"ok\": true, \"kernels\": [");
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::printf("%s\"%s\"", i ? ", " : "", names[i].c_str());
+  }
+  std::printf("]}\n");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -213,6 +238,9 @@ int main(int argc, char** argv) {
       steps.emplace_back(in, next());
     } else if (arg == "--mempool-keep") {
       mempool_keep = true;
+    } else if (arg == "--list-kernels") {
+      list_kernels();
+      return 0;
     } else {
       die("unknown argument " + arg);
     }
