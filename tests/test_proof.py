@@ -300,3 +300,52 @@ def test_a_users_dynamic_program_stays_dynamic_through_every_lowering():
         plan = composer.plan(program, "cuda", options={"cuda": {"triton_kernel_mode": mode}},
                              cache=False)  # fmt: skip
         assert [list(d["ranges"].values()) for d in plan.dynamic_dims] == [[[2, 64]]], mode
+
+
+class FussyBackend(BackendDetails):
+    """A real ExecuTorch backend whose compiler refuses a partition unless its safer option is
+    set: the CUDA backend's Triton SDPA refusing a per-head attention mask, which lowers with
+    ``triton_kernel_mode=OFF``."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        from executorch.exir.backend.backend_details import PreprocessResult
+
+        given = {spec.key: spec.value for spec in compile_specs}
+        if given.get("kernels") != b"plain":
+            raise ValueError("the fast kernels refuse this mask")
+        return PreprocessResult(processed_bytes=b"fussy")
+
+
+class FussyPlugin(BrittlePlugin):
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec = BackendSpec("fussy", "FussyBackend", safer_options={"kernels": "plain"})
+
+    @hookimpl
+    def composer_options(self, backend):
+        return [composer.Option("kernels", choices=("fast", "plain"), default="fast")]
+
+    @hookimpl
+    def composer_compile_specs(self, backend, method_name, options):
+        from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+        return [CompileSpec("kernels", options["kernels"].encode())]
+
+
+def test_a_partition_that_fails_to_lower_is_lowered_again_with_its_backends_safer_options():
+    model, inputs = zoo.load("mlp")
+    progress: list[str] = []
+    composition = composer.compose(model, ["fussy", "xnnpack"], inputs, cache=False,
+                                   registry=registry_with(FussyPlugin()),
+                                   progress=progress.append)  # fmt: skip
+    plan = composition.plan
+    (repair,) = plan.repairs
+    assert repair["options"] == {"kernels": "plain"}
+    assert repair["why"].startswith("failed to lower: ValueError: the fast kernels refuse")
+    assert any("trying fussy with kernels=plain" in line for line in progress)
+    assert plan.nodes_on("fussy")  # its nodes stayed
+    # strict placement moves nothing and sets nothing: the failure is the user's to see
+    with pytest.raises(ComposerError, match="the fast kernels refuse this mask"):
+        composer.compose(model, ["fussy", "xnnpack"], inputs, cache=False, placement="strict",
+                         registry=registry_with(FussyPlugin()))  # fmt: skip

@@ -18,7 +18,8 @@ class PreprocessFailed(PluginError):
     given, which another backend may still take; ``origins`` maps each to the node of the
     exported program it descends from (its name survives a re-decomposition). ``partitions``
     splits ``nodes`` by the partition that failed, each with what its compiler raised (one,
-    the whole message, unless given)."""
+    the whole message, unless given). ``safer_options``: the options the backend declares
+    safer (``BackendSpec.safer_options``), for a repair to try before it moves the nodes."""
 
     def __init__(
         self,
@@ -27,10 +28,12 @@ class PreprocessFailed(PluginError):
         nodes: tuple[str, ...],
         origins: dict[str, str] | None = None,
         partitions: tuple[tuple[tuple[str, ...], str], ...] = (),
+        safer_options: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.backend, self.nodes, self.origins = backend, nodes, dict(origins or {})
         self.partitions = partitions or ((nodes, message),)
+        self.safer_options = dict(safer_options or {})
 
 
 class ModelError(ComposerError):

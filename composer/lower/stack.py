@@ -211,6 +211,7 @@ def _lowering_error(
     if not handed:
         return PluginError(message)
     everything = {name: name for partition in handed for name, _ in partition}
+    safer = dict(current.backend.spec.safer_options)
     if raised is not None and raised.nodes.keys() <= everything.keys():
         # What composer handed the compiler when it raised.
         return PreprocessFailed(
@@ -219,6 +220,7 @@ def _lowering_error(
             tuple(raised.nodes),
             raised.nodes,
             tuple((tuple(nodes), said(failed)) for nodes, failed in raised.failures),
+            safer,
         )
     # ExecuTorch's own lowering raised, around the compiler: every partition handed over
     # moves, and the repaired program is proven again (the plan's repairs say so).
@@ -229,4 +231,5 @@ def _lowering_error(
         tuple(everything),
         everything,
         ((tuple(everything), f"{happened} {unknown}"),),
+        safer,
     )

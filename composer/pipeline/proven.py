@@ -54,6 +54,7 @@ def composed_and_proven(
     for _round in range(MAX_REPAIRS + 1):
         culprits: list[Culprit] = []
         lowering_error = None
+        declared: dict[str, dict[str, str]] = {}  # backend -> the options it declares safer
         try:
             with own_pins_unremarked(bool(failed)):
                 composition = build(current)
@@ -69,6 +70,7 @@ def composed_and_proven(
                 )
                 for nodes, raised in error.partitions
             ]
+            declared = {error.backend: error.safer_options}
         except ComposerError as error:
             _raise_with_tried(error, failed)
         else:
@@ -80,21 +82,23 @@ def composed_and_proven(
                 if not error.culprits or stack.placement == "strict":
                     _raise_with_tried(error, failed)
                 culprits = list(error.culprits)
-                safer = _safer_options(composition.plan, culprits, current)
-                if safer:
-                    # the smaller move first: the backend's safer options, its nodes stay
-                    tried = [attrs.evolve(c, options=safer[c.backend]) for c in culprits
-                             if c.backend in safer]  # fmt: skip
-                    failed.extend(tried)
-                    for culprit in tried:
-                        say(f"repair {_round + 1}: {culprit.describe()}; trying "
-                            f"{culprit.backend} with {_words(culprit.options)}")  # fmt: skip
-                    current = with_options(current, {c.backend: c.options for c in tried})
-                    if first_compose is None:
-                        first_compose = time.perf_counter() - started
-                    continue
+                declared = composition.plan.safer_options
             else:
                 return _finished(composition, failed, proof.describe())
+        safer = _safer_options(declared, culprits, current)
+        if safer and stack.placement != "strict":
+            # the smaller move first: the backend's safer options, its nodes stay (a CUDA
+            # partition whose Triton SDPA refuses per-head masks lowers with Triton off)
+            tried = [attrs.evolve(c, options=safer[c.backend]) for c in culprits
+                     if c.backend in safer]  # fmt: skip
+            failed.extend(tried)
+            for culprit in tried:
+                say(f"repair {_round + 1}: {culprit.describe()}; trying "
+                    f"{culprit.backend} with {_words(culprit.options)}")  # fmt: skip
+            current = with_options(current, {c.backend: c.options for c in tried})
+            if first_compose is None and lowering_error is None:
+                first_compose = time.perf_counter() - started
+            continue
         if first_compose is None and lowering_error is None:
             # the first round that built a program and proved it: what a compose costs
             first_compose = time.perf_counter() - started
@@ -156,11 +160,14 @@ def own_pins_unremarked(repairing: bool) -> Iterator[None]:
         yield
 
 
-def _safer_options(plan, culprits: Sequence[Culprit], stack: Stack) -> dict[str, dict[str, str]]:
-    """The safer options (BackendSpec.safer_options) of the culprits' backends not yet set."""
+def _safer_options(
+    declared_by: dict[str, dict[str, str]], culprits: Sequence[Culprit], stack: Stack
+) -> dict[str, dict[str, str]]:
+    """The safer options (BackendSpec.safer_options, ``declared_by`` backend) of the culprits'
+    backends not yet set."""
     found = {}
     for culprit in culprits:
-        declared = plan.safer_options.get(culprit.backend, {})
+        declared = declared_by.get(culprit.backend, {})
         given = stack.options.get(culprit.backend, {})
         if declared and any(given.get(k) != v for k, v in declared.items()):
             found[culprit.backend] = dict(declared)
