@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     )
     from composer.contract.op_names import op_name
     from composer.contract.options import Option
+    from composer.contract.support import ExplainedSupport
     from composer.fleet import sweep
     from composer.pipeline.compose import compose, plan
     from composer.pipeline.methods import MethodsComposition
@@ -46,6 +47,7 @@ _MODULE_OF = {
     "ComposerError": "composer.contract.errors",
     "ComposerWarning": "composer.contract.errors",
     "Composition": "composer.run.composition",
+    "ExplainedSupport": "composer.contract.support",
     "Fallback": "composer.scheduler.plans",
     "MethodsComposition": "composer.pipeline.methods",
     "ModelError": "composer.contract.errors",
@@ -76,6 +78,7 @@ __all__ = [
     "ComposerError",
     "ComposerWarning",
     "Composition",
+    "ExplainedSupport",
     "Fallback",
     "MethodsComposition",
     "ModelError",

@@ -228,3 +228,43 @@ def test_a_compiler_error_from_a_pass_manager_says_what_the_pass_raised():
     assert words.endswith("(from ValueError: int8-only NPU got a float input)")
     assert "An error occurred when running the 'broken' pass" in words
     assert len(words) < 400
+
+
+class ExplainsRelu(composer.ExplainedSupport):
+    """composer's base: one answer, the rest declared with defaults."""
+
+    def is_node_supported(self, submodules, node):
+        return op_name(node) == "aten.relu.default"
+
+
+class ExplainsReluWithReasons(ExplainsRelu):
+    def reason_unsupported(self, node):
+        return f"only relu, not {op_name(node)}"
+
+
+@pytest.mark.parametrize(
+    ("support", "reason"),
+    [
+        (TakesRelu, "unsupported op"),  # a bare OperatorSupportBase
+        (ExplainsRelu, "unsupported op"),  # the base's default
+        (ExplainsReluWithReasons, "only relu, not aten.addmm.default"),
+    ],
+)
+def test_a_support_object_explains_what_it_declines_where_it_says(support, reason):
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend  # noqa: F401
+
+    plugin = ContractPlugin("explaining", "XnnpackBackend", support=support)
+    model, inputs = zoo.load("mlp")
+    plan = composer.plan(model, ["explaining"], inputs, registry=registry_with(plugin))
+    assert plan.nodes_on("explaining")
+    addmm = next(f for f in plan.fallbacks if f.op == "aten.addmm.default")
+    assert dict(addmm.reasons)["explaining"] == reason
+
+
+def test_the_base_asks_nothing_at_a_delegates_edge_unless_a_plugin_answers():
+    from composer.contract.support import asks_at_boundary
+    from composer.plugins.openvino.support import OpenvinoSupport
+
+    assert not asks_at_boundary(ExplainsRelu())
+    assert not asks_at_boundary(TakesRelu())
+    assert asks_at_boundary(OpenvinoSupport.__new__(OpenvinoSupport))

@@ -94,7 +94,8 @@ def composer_operator_support(
 ) -> OperatorSupportBase | None:
     """Say which nodes of ``program`` (an edge-dialect program) ``backend`` can take.
 
-    Return a ``torch.fx.passes.operator_support.OperatorSupportBase`` whose
+    Return a :class:`composer.ExplainedSupport` (or any
+    ``torch.fx.passes.operator_support.OperatorSupportBase``) whose
     ``is_node_supported(submodules, node)`` answers for one ``call_function`` node. composer
     never offers a node an earlier backend lowered (``executorch_call_delegate`` and its
     ``getitem`` users), nor placeholders and outputs: answer only for the op itself.
@@ -102,16 +103,13 @@ def composer_operator_support(
     ``backend.min_partition_size`` nodes, and brings along the constants that only those
     partitions read.
 
-    If the object also has ``reason_unsupported(node) -> str | None``, the plan shows that
-    reason for each node it declines (otherwise: "unsupported op").
-
-    If it also has ``reason_unsupported_at_boundary(node, partition) -> str | None``, composer
-    asks it about every tensor that would cross the edge of a delegate made of ``partition``
-    (a set of nodes): ``node`` produces the tensor (a node of the partition whose output
-    leaves it, or one outside whose output enters it). Return why your runtime cannot bind
-    that tensor there (OpenVINO's cannot take a 0-d tensor), else ``None``. A refused
-    constant joins the partition; otherwise composer leaves nodes out of the partition until
-    no refused tensor crosses its edge, and the plan says why for each.
+    ``ExplainedSupport`` declares the two further questions composer asks, with their
+    defaults: ``reason_unsupported(node)``, why a node is declined (the plan shows it;
+    otherwise "unsupported op"), and ``reason_unsupported_at_boundary(node, partition)``, why
+    your runtime cannot bind a tensor at a delegate's edge (OpenVINO's cannot take a 0-d
+    tensor; composer then leaves nodes out of the partition until no refused tensor crosses
+    its edge, and the plan says why for each). A plain ``OperatorSupportBase`` defining
+    methods of those names is asked the same.
 
     ``options`` are the user's options for this backend (``compose(..., options={"name":
     {...}})``), strings by name, already checked against what ``composer_options`` declares

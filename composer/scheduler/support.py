@@ -19,6 +19,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.contract.errors import ComposerWarning, PluginError
 from composer.contract.op_names import op_name
+from composer.contract.support import asks_at_boundary
 from composer.registry.discovery import Backend, Registry
 from composer.scheduler.boundary import BoundaryCheck
 from composer.scheduler.guards import clean_foreign_tags, take_tags
@@ -128,9 +129,9 @@ def evaluate_support(
 
 def _boundary_check(support: OperatorSupportBase, who: str) -> BoundaryCheck | None:
     """The support object's ``reason_unsupported_at_boundary``, every answer checked."""
-    explain = getattr(support, "reason_unsupported_at_boundary", None)
-    if explain is None:
+    if not asks_at_boundary(support):
         return None
+    explain = support.reason_unsupported_at_boundary
 
     def refuses(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> str | None:
         try:

@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping
 
 import torch
 import torch.fx
-from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.hookspecs import hookimpl
 from composer.contract.op_names import overload_of
 from composer.contract.options import Option, check_options
+from composer.contract.support import ExplainedSupport
 
 
 @functools.cache
@@ -149,7 +149,7 @@ def fallback_kernel_names(op: torch._ops.OpOverload, device: str) -> set[str]:
     return {f"aoti_torch_{device}_{full}", f"at::_ops::{full}::call", str(op.name())}
 
 
-class AotiOperatorSupport(OperatorSupportBase):
+class AotiOperatorSupport(ExplainedSupport):
     """Every node AOTInductor compiles for the backend; ops ending as unsupported fallbacks not.
 
     ``reason_unsupported`` tells the plan why a node was left out.

@@ -8,9 +8,9 @@ from collections.abc import Container
 
 import torch.fx
 from torch.export import ExportedProgram
-from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.contract.op_names import op_name
+from composer.contract.support import ExplainedSupport
 
 # Ops in OpenVINO's table that ExecuTorch 1.5.1's OpenVINO preprocess cannot convert, and why.
 NEVER_CONVERTED = {
@@ -22,7 +22,7 @@ NEVER_CONVERTED = {
 }
 
 
-class OpenvinoSupport(OperatorSupportBase):
+class OpenvinoSupport(ExplainedSupport):
     """ExecuTorch's ``OpenvinoOperatorsSupport``, with the quantization patterns its partitioner
     enables, minus the line it prints for every op it declines.
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 import torch.fx
-from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.contract.op_names import overload_of
+from composer.contract.support import ExplainedSupport
 
 # Names of ATen overload packets (``aten.<name>``); every overload of each is taken.
 CONVERTIBLE_OPS = frozenset(
@@ -50,7 +50,7 @@ def _packet_name(target) -> str | None:
     return packet if op.namespace == "aten" else f"{op.namespace}.{packet}"
 
 
-class TensorRTOperatorSupport(OperatorSupportBase):
+class TensorRTOperatorSupport(ExplainedSupport):
     """Tensors (not float64 or complex) through the ops in ``CONVERTIBLE_OPS``."""
 
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:

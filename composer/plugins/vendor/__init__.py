@@ -15,11 +15,11 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 
 import torch.fx
-from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
 from composer.contract.hookspecs import hookimpl
+from composer.contract.support import ExplainedSupport
 
 ON_OFF = ("ON", "OFF")
 
@@ -60,7 +60,7 @@ def import_problem(module: str) -> str | None:
     return None
 
 
-class CheckedSupport(OperatorSupportBase):
+class CheckedSupport(ExplainedSupport):
     """A backend's own support check as composer asks it: ``check(node)`` answers
     ``(takes it, why not)``; the reason is kept for the plan."""
 
