@@ -10,6 +10,10 @@
 #   ET_ROOT=/tmp/etb        where the source is unpacked and built (fixed, so a carried-back
 #                           build directory resumes with the same absolute paths)
 #   ET_CUDA=ON              OFF builds the CPU part only (a check on a machine without CUDA)
+#   ET_VULKAN=OFF           ON adds ExecuTorch's Vulkan backend (vulkan_backend, linked whole-archive
+#                           into the runner through executorch_backends). Needs glslc on PATH (or
+#                           GLSLC=/path) and PyYAML for $PYTHON: `source bench/et_runtime/vulkan/setup.sh`
+#                           first (vulkan/README.md). OFF (the default) builds exactly what it did before.
 #   ET_DEADLINE=<epoch s>   stop ninja at this time (a 10-minute device command): the build
 #                           resumes where it stopped when build.sh runs again over the same
 #                           $ET_ROOT, e.g. after `pack` and `unpack` below
@@ -24,6 +28,7 @@ ET_ROOT="${ET_ROOT:-/tmp/etb}"
 SRC="$ET_ROOT/executorch"
 BUILD="$ET_ROOT/build"
 ET_CUDA="${ET_CUDA:-ON}"
+ET_VULKAN="${ET_VULKAN:-OFF}"
 JOBS="${ET_JOBS:-$(nproc)}"
 
 if [ "${1:-}" = pack ]; then
@@ -77,6 +82,12 @@ unpack_source() {
       printf '\n# composer bench: the runner, linked like executor_runner\nadd_subdirectory(composer_runner)\n' >>CMakeLists.txt
       touch .composer_prepared )
   fi
+  if [ "$ET_VULKAN" = ON ] && [ ! -f "$SRC/backends/vulkan/CMakeLists.txt" ]; then
+    # A tree unpacked earlier from a tarball without the Vulkan backend: add it.
+    tar -xJf "$here/src/et-src.tar.xz" -C "$ET_ROOT" executorch/backends/vulkan
+    [ -f "$SRC/backends/vulkan/CMakeLists.txt" ] || {
+      echo "et-src.tar.xz has no backends/vulkan: rerun prepare_source.sh here"; return 1; }
+  fi
 }
 
 configure() {
@@ -86,6 +97,15 @@ configure() {
     # 90-virtual).
     export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
     cuda_args=(-DEXECUTORCH_BUILD_CUDA=ON -DCMAKE_CUDA_COMPILER="$(command -v nvcc)")
+  fi
+  if [ "$ET_VULKAN" = ON ]; then
+    local glslc="${GLSLC:-$(command -v glslc || true)}"
+    [ -n "$glslc" ] || { echo "ET_VULKAN=ON: no glslc (source bench/et_runtime/vulkan/setup.sh)"; return 1; }
+    "$PYTHON" -c "import yaml" || { echo "ET_VULKAN=ON: $PYTHON cannot import yaml"; return 1; }
+    echo "glslc: $glslc ($("$glslc" --version 2>&1 | head -1))"
+    # gen_vulkan_spv.py (a build step) compiles every shader variant with glslc, on all cores.
+    cuda_args+=(-DEXECUTORCH_BUILD_VULKAN=ON -DGLSLC_PATH="$glslc"
+                -DEXECUTORCH_VULKAN_SHADER_COMPILE_NTHREADS="$JOBS")
   fi
   cmake -S "$SRC" -B "$BUILD" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
@@ -106,7 +126,8 @@ configure() {
 }
 
 piece unpack_and_patch unpack_source
-if [ ! -f "$BUILD/build.ninja" ]; then
+if [ ! -f "$BUILD/build.ninja" ] || { [ "$ET_VULKAN" = ON ] &&
+     ! grep -q '^EXECUTORCH_BUILD_VULKAN:BOOL=ON' "$BUILD/CMakeCache.txt"; }; then
   piece configure configure
 fi
 # Pieces, in dependency order (each is resumable: ninja redoes only what is missing).
@@ -115,6 +136,11 @@ piece xnnpack ninja_until_deadline XNNPACK xnnpack_backend
 piece portable_kernels ninja_until_deadline portable_ops_lib
 if [ "$ET_CUDA" = ON ]; then
   piece cuda_backend ninja_until_deadline aoti_cuda_backend
+fi
+if [ "$ET_VULKAN" = ON ]; then
+  # The shaders (gen_vulkan_spv.py + glslc -> vulkan_compute_shaders/spv.cpp), then the backend.
+  piece vulkan_shaders ninja_until_deadline vulkan_compute_shaders/spv.cpp
+  piece vulkan_backend ninja_until_deadline vulkan_backend
 fi
 piece runner ninja_until_deadline composer_et_runner
 echo "runner $BUILD/composer_runner/composer_et_runner"

@@ -15,7 +15,14 @@
 # in the mirror, whose newest is main 0e6ca137 (2025-10-20); every pthreadpool_* symbol the
 # pinned XNNPACK and extension/threadpool use is declared there (checked below).
 #
-# Usage: bench/et_runtime/prepare_source.sh   [MIRRORS=/work/.mirror]
+# The Vulkan backend (build.sh ET_VULKAN=ON; see vulkan/README.md) is included by default: its
+# CMakeLists/cmake, runtime/ (C++ sources, GLSL shaders and their .yaml variants, and
+# gen_vulkan_spv.py, the one Python file its build runs), serialization/schema.fbs, and its
+# three submodules at their pins (Vulkan-Headers: C headers only; volk: volk.c/h;
+# VulkanMemoryAllocator: include/). About 0.6 MB more in the tarball.
+# ET_VULKAN=0 (or OFF) leaves it out.
+#
+# Usage: bench/et_runtime/prepare_source.sh   [MIRRORS=/work/.mirror] [ET_VULKAN=0]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 M="${MIRRORS:-/work/.mirror}"
@@ -32,6 +39,11 @@ et=(git -C "$M/pytorch+executorch/repo")
 paths=(CMakeLists.txt CMakePresets.json Test.cmake version.txt tools runtime kernels schema codegen
        configurations devtools shim_et extension third-party/CMakeLists.txt
        backends/aoti backends/cuda backends/xnnpack backends/backends.bzl)
+case "${ET_VULKAN:-1}" in 0|OFF|off) ET_VULKAN=0 ;; *) ET_VULKAN=1 ;; esac
+if [ "$ET_VULKAN" = 1 ]; then
+  paths+=(backends/vulkan/CMakeLists.txt backends/vulkan/cmake backends/vulkan/runtime
+          backends/vulkan/serialization/schema.fbs)
+fi
 # git archive of the whole tree fails on blobs the mirror lacks; these paths are complete.
 # One path at a time, by its own tree or blob: git 2.39 walks (and fails on) the whole tree
 # even with a pathspec.
@@ -48,7 +60,8 @@ rm -rf "$tree/extension/"{android,apple,wasm,llm/apple,benchmark,training/exampl
        "$tree/kernels/test/"*.py "$tree/devtools/"{visualization,inspector,scripts}
 find "$tree" \( -name '*.py' -o -name '*.md' -o -name '*.ipynb' -o -name '*.png' -o -name '*.jpg' \
      -o -name '*.pte' -o -name '*.bin' \) -not -path '*/codegen/*' -not -path '*/tools/*' \
-     -not -path '*/shim_et/*' -not -path '*/third-party/*' -delete
+     -not -path '*/shim_et/*' -not -path '*/third-party/*' \
+     -not -path '*/backends/vulkan/runtime/gen_vulkan_spv.py' -delete
 
 sub() {  # sub <superproject path> <mirror dir> [override commit]
   local path="$1" mirror="$M/$2/repo" pin commit
@@ -72,6 +85,26 @@ sub backends/xnnpack/third-party/FXdiv Maratyszcza+FXdiv
 sub backends/xnnpack/third-party/FP16 Maratyszcza+FP16
 PTHREADPOOL_REV="$(git -C "$M/google+pthreadpool/repo" rev-parse main)"
 sub backends/xnnpack/third-party/pthreadpool google+pthreadpool "$PTHREADPOOL_REV"
+subfiles() {  # subfiles <superproject path> <mirror dir> <ERE of the files to take>: like sub,
+  # blob by blob (these mirrors lack some blobs of files no build reads, e.g. vulkan_*.hpp)
+  local path="$1" mirror="$M/$2/repo" re="$3" pin f
+  pin="$("${et[@]}" ls-tree "$ET_REV" "$path" | awk '{print $3}')"
+  git -C "$mirror" ls-tree -r --name-only "$pin" | grep -E "$re" | while read -r f; do
+    mkdir -p "$tree/$path/$(dirname "$f")"
+    git -C "$mirror" cat-file blob "$pin:$f" >"$tree/$path/$f"
+  done
+  echo "$path  pinned $pin  used $pin  ($2, $(git -C "$mirror" log -1 --format=%cs "$pin"); only ${re})" \
+    >>"$work/SOURCE.txt"
+}
+if [ "$ET_VULKAN" = 1 ]; then
+  # What the build reads: the C API headers (the runtime includes vulkan/vulkan.h, no
+  # vulkan.hpp), volk.{c,h}, vk_mem_alloc.h; plus the licenses.
+  subfiles backends/vulkan/third-party/Vulkan-Headers KhronosGroup+Vulkan-Headers \
+    '^(include/(vulkan|vk_video)/[^/]+\.h|LICENSE\.md)$'
+  subfiles backends/vulkan/third-party/volk zeux+volk '^(volk\.[ch]|LICENSE\.md)$'
+  subfiles backends/vulkan/third-party/VulkanMemoryAllocator \
+    GPUOpen-LibrariesAndSDKs+VulkanMemoryAllocator '^(include/vk_mem_alloc\.h|LICENSE\.txt)$'
+fi
 
 # The substituted pthreadpool must declare every pthreadpool_* the others call.
 grep -rhoE 'pthreadpool_[a-z0-9_]+' "$tree/backends/xnnpack/third-party/XNNPACK/src" \
