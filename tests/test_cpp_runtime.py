@@ -44,6 +44,9 @@ def test_a_load_that_fails_for_want_of_a_kernel_names_the_operator():
     )
     assert cpp_runtime.missing_kernels(stderr) == ["aten::linear.out", "llama::sdpa.out"]
     assert cpp_runtime.missing_kernels("E method.cpp] Invalid program") == []
+    assert cpp_runtime.errors_logged(stderr + "I 00:00:00.3 executorch:cpuinfo_utils.cpp:71] x\n")[
+        -2:
+    ] == ["Missing operator: [7] aten::linear.out", "Missing operator: [9] llama::sdpa.out"]
 
 
 def test_without_the_variable_the_pip_runtime_runs_what_it_can():

@@ -124,3 +124,30 @@ def test_verify_and_run_use_executorchs_own_runtime_where_it_is_built(
     assert f"executor: {cpp_runtime.EXECUTOR}" in out
     assert "compare with zoo:transformer_block: OK" in out
     assert f"latency in the {cpp_runtime.EXECUTOR}, 20 calls" in out
+
+
+@pytest.mark.skipif(
+    not ET_RUNNER,
+    reason="needs ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), named by "
+    "$COMPOSER_ET_RUNNER",
+)
+def test_an_op_kept_whole_for_cuda_and_left_is_decomposed_for_a_runner_without_its_kernel(
+    monkeypatch,
+):
+    # The cuda plugin keeps linear whole; pinned off CUDA it would stay whole on portable
+    # kernels, and the runner (portable kernels only) has no aten::linear.out: error 20 at load.
+    from composer.lower.runtime_kernels import runner_kernels
+    from composer.run import cpp_runtime
+
+    kernels = runner_kernels(ET_RUNNER)
+    assert kernels is not None and "aten::add.out" in kernels  # --list-kernels answers
+    if "aten::linear.out" in kernels:
+        pytest.skip("this runner has a kernel for aten::linear.out")
+    monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, ET_RUNNER)
+    model, inputs = zoo.load("transformer_block")
+    composition = composer.compose(model, "cuda", inputs, cache=False,
+                                   never={"cuda": ["aten.linear.default"]})  # fmt: skip
+    portable = composition.plan.ops_on("portable")
+    assert "aten.linear.default" not in portable
+    assert composition.plan.nodes_on("cuda")
+    assert f"({cpp_runtime.EXECUTOR}): rmse" in composition.plan.proof

@@ -63,6 +63,17 @@ class RunnerError(RuntimeError):
 _MISSING = re.compile(r"kernel '([^']+)' not found|Missing operator: \[\d+\] (\S+)")
 
 
+def errors_logged(stderr: str, most: int = 4) -> list[str]:
+    """The last ``most`` error lines ExecuTorch's runtime logged ("E 00:00:00.17 executorch:
+    tensor_impl.cpp:135] Attempted to resize a static tensor..."), without their prefix: the
+    cause of a failed load or call, which the end of stderr (info lines) often is not."""
+    lines = []
+    for line in stderr.splitlines():
+        if line.startswith("E ") and "] " in line:
+            lines.append(line.split("] ", 1)[1].strip())
+    return list(dict.fromkeys(lines))[-most:]
+
+
 def missing_kernels(stderr: str) -> list[str]:
     """The operators ``stderr`` of a failed load says the runtime has no kernel for."""
     found = (a or b for a, b in _MISSING.findall(stderr))
@@ -159,6 +170,9 @@ def run_pte_detailed(
             missing = missing_kernels(done.stderr)
             if missing:
                 why += f" (this runtime has no kernel for {', '.join(missing)})"
+            said = errors_logged(done.stderr)
+            if said:
+                why += f"; it logged: {' | '.join(said)}"
             raise RunnerError(f"{why}; stderr ends: {done.stderr[-3000:]}", missing)
         report["outputs"] = read_tensors(outputs_path) if inputs is not None else None
         report["step_outputs"] = [read_tensors(out) for _, out in step_paths]
