@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 
+import composer
 from composer import ComposerError
 from composer.run import cpp_runtime
 
@@ -94,3 +95,31 @@ def test_a_kv_cache_carries_across_calls_of_one_program_in_executorchs_runtime(t
     assert max(errors) < 1e-4
     # A program that dropped its cache between calls would be far off from the second step on.
     assert min((a - b).abs().max().item() for a, b in zip(fresh[1:], expected[1:])) > 1e-2
+
+
+VULKAN_RUNNER = os.environ.get("COMPOSER_VULKAN_RUNNER")
+
+
+@pytest.mark.skipif(
+    not VULKAN_RUNNER,
+    reason="needs a runner built with ExecuTorch's Vulkan backend (bench/et_runtime/vulkan) and "
+    "a Vulkan driver, named by $COMPOSER_VULKAN_RUNNER",
+)
+def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch):
+    # No Python runtime has VulkanBackend: each delegate of a program that failed is run
+    # alone in the runner, so only those that fail there move (ExecuTorch 1.5.1's Vulkan
+    # partitioner claims logical_not, which the runtime of 2026-08-22 has no operator for:
+    # "Missing operator: aten.logical_not.default"), not every Vulkan partition.
+    from composer import zoo
+
+    monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, VULKAN_RUNNER)
+    model, inputs = zoo.load("transformer_block")
+    composition = composer.compose(model, "vulkan", inputs, cache=False)
+    plan = composition.plan
+    assert f"({cpp_runtime.EXECUTOR})" in plan.proof
+    assert plan.nodes_on("vulkan"), plan.summary_table()
+    assert plan.repairs
+    for repair in plan.repairs:
+        assert "has no VulkanBackend" not in repair["why"], repair["why"]
+        assert cpp_runtime.EXECUTOR in repair["why"]
+    assert composition.verify().ok

@@ -64,12 +64,12 @@ _MISSING = re.compile(r"kernel '([^']+)' not found|Missing operator: \[\d+\] (\S
 
 
 def errors_logged(stderr: str, most: int = 4) -> list[str]:
-    """The last ``most`` error lines ExecuTorch's runtime logged ("E 00:00:00.17 executorch:
+    """The last ``most`` error (and fatal) lines ExecuTorch's runtime logged ("E 00:00:00.17 executorch:
     tensor_impl.cpp:135] Attempted to resize a static tensor..."), without their prefix: the
     cause of a failed load or call, which the end of stderr (info lines) often is not."""
     lines = []
     for line in stderr.splitlines():
-        if line.startswith("E ") and "] " in line:
+        if line.startswith(("E ", "F ")) and "] " in line:  # errors, and fatal ones (aborts)
             lines.append(line.split("] ", 1)[1].strip())
     return list(dict.fromkeys(lines))[-most:]
 

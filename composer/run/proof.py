@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -229,6 +229,27 @@ def localize_all(
     return []
 
 
+def _delegate_alone(lowered, single: bool) -> Callable[..., Any]:
+    """``lowered`` as a program of its own, in a runtime here that has its backend: the pip
+    (or torch-free) runtime, else the C++ runtime ``$COMPOSER_ET_RUNNER`` names, where the
+    whole program was proven (a Vulkan delegate: no Python runtime has VulkanBackend, and
+    blaming it for that moved every Vulkan partition of a program that failed for another
+    reason)."""
+    try:
+        return aoti_host.RuntimeDelegate(lowered, "cpu", single)
+    except ComposerError:
+        runner = cpp_runtime.runner_path()
+        if runner is None:
+            raise
+    buffer = aoti_host.standalone_buffer(lowered)
+
+    def run(*operands: torch.Tensor) -> Any:
+        outputs = cpp_runtime.run_program(runner, buffer, {}, [t.cpu() for t in operands])
+        return outputs[0] if single else tuple(outputs)
+
+    return run
+
+
 class _Stopped(Exception):
     """The reference could not go on past a delegate (``_DelegateChecker.failed`` says why)."""
 
@@ -289,7 +310,7 @@ class _DelegateChecker(torch.fx.Interpreter):
                     cuda_manifest.parse_manifest(lowered.processed_bytes), self.data, "cpu", single
                 )
             else:
-                delegate = aoti_host.RuntimeDelegate(lowered, "cpu", single)
+                delegate = _delegate_alone(lowered, single)
         except ComposerError as error:
             self.failed.append((name, f"failed to load: {first_line(error)}"))
             return expected
