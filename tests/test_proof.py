@@ -349,3 +349,20 @@ def test_a_partition_that_fails_to_lower_is_lowered_again_with_its_backends_safe
     with pytest.raises(ComposerError, match="the fast kernels refuse this mask"):
         composer.compose(model, ["fussy", "xnnpack"], inputs, cache=False, placement="strict",
                          registry=registry_with(FussyPlugin()))  # fmt: skip
+
+
+def test_a_node_a_repair_moved_says_so_where_it_fell_back(brittle_registry):
+    # The repair pins the nodes off brittle; the plan says it was the repair, not the user.
+    model, inputs = zoo.load("mlp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", composer.ComposerWarning)
+        composition = composer.compose(model, ["brittle"], inputs, registry=brittle_registry,
+                                       cache=False)  # fmt: skip
+    plan = composition.plan
+    moved = {node for repair in plan.repairs for node in repair["nodes"]}
+    reasons = [dict(f.reasons)["brittle"] for f in plan.fallbacks if f.node in moved]
+    assert reasons and all(r.startswith("moved off brittle by a repair: brittle") for r in reasons)
+    assert "failed to lower: ValueError: this compiler cannot build" in reasons[0]
+    assert not any("by the user" in r for r in reasons)
+    node = next(iter(moved & set(plan.node_backends)))
+    assert plan.explain(node)[0][1].startswith("moved off brittle by a repair")

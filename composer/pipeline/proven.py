@@ -222,9 +222,33 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
         }
         for c in failed
     )
-    composition.plan = attrs.evolve(plan, proof=proof, repairs=repairs)
+    composition.plan = _said_as_repairs(
+        attrs.evolve(plan, proof=proof, repairs=repairs), [c for c in failed if not c.options]
+    )
     _warn_of_portable_kernels(repairs, plan.backends)
     return composition
+
+
+def _said_as_repairs(plan, moved: Sequence[Culprit]):
+    """``plan`` with the reason of each node a repair pinned off a backend said as the repair
+    (its pins are node pins, which the scheduler reports as the user's): "moved off vulkan by
+    a repair: vulkan:1 failed at run time: ..." rather than "pinned off vulkan by the user"."""
+    if not moved:
+        return plan
+    by = {(c.backend, node): c for c in moved for node in c.nodes}
+
+    def said(node: str, answers):
+        out = []
+        for backend, answer in answers:
+            culprit = by.get((backend, node))
+            if culprit is not None and answer.startswith(f"pinned off {backend} by the user"):
+                answer = f"moved off {backend} by a repair: {culprit.describe()}"[:300]
+            out.append((backend, answer))
+        return tuple(out)
+
+    fallbacks = tuple(attrs.evolve(f, reasons=said(f.node, f.reasons)) for f in plan.fallbacks)
+    decisions = {node: said(node, answers) for node, answers in plan.decisions.items()}
+    return attrs.evolve(plan, fallbacks=fallbacks, decisions=decisions)
 
 
 def _backends_by_origin(composition: Composition) -> dict[str, str]:
