@@ -65,11 +65,19 @@ def jobs_of(models: Sequence[str], stacks: Sequence[str]) -> list[Job]:
 def run_job(job: Mapping[str, str], bench: int = 0) -> dict[str, Any]:
     """Compose ``job`` (``{"model": ..., "stack": ...}``) with its proof, time it with ``bench``
     calls if asked; the result as a record. Errors are recorded, not raised: a sweep goes on."""
+    # ExecuTorch's exir first: its edge dialect parses a YAML file as it is imported, which took
+    # 2 to 3 times as long after composer's other modules (in a Ray worker, with Ray's on the
+    # heap too): a worker's first job waited about 8 s for its imports on Ray rather than 4, and
+    # 5 s rather than 4 in a local worker (bench/ray_scale_bench.py, 2 cores). Turning the
+    # collector off recovered only part of it; why the order matters so much is not settled.
+    import executorch.exir  # noqa: F401
+
     from composer.model_source import load_model
     from composer.pipeline.compose import compose
     from composer.report.golden import golden_summary
 
     record: dict[str, Any] = {"model": job["model"], "stack": job["stack"], "ok": False}
+    record["started"] = round(time.time(), 3)  # epoch seconds: beside its worker's other jobs
     started = time.perf_counter()
     try:
         model, inputs = load_model(job["model"])

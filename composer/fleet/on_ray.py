@@ -9,13 +9,22 @@ for the custom resource the node that has it declares (``ray start --resources
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from composer.contract.errors import ComposerError
 from composer.fleet.jobs import Job, run_job
 
 RETRIES = 3  # runs of a task whose worker or node died, beyond the first
+
+# A cluster of this machine's processes that listens on, and connects to, 127.0.0.1 only. Ray
+# takes the machine's network address for a node, and rewrites a driver's "127.0.0.1:PORT" to
+# it (so a driver on a loopback-only cluster waits for a GCS at an address nothing listens on),
+# unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which Ray reads once, when it is imported; and it
+# reports usage to Ray's server unless told not to.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def run_on_ray(
@@ -57,3 +66,37 @@ def run_on_ray(
                 record = {"model": job.model, "stack": job.stack, "ok": False,
                           "error": f"the Ray task failed: {type(error).__name__}: {error}"[:2000]}  # fmt: skip
             done(record)
+
+
+@contextlib.contextmanager
+def loopback_cluster(worker_nodes: int, cpus: int = 1) -> Iterator[Any]:
+    """A Ray cluster of local processes on 127.0.0.1 alone, for tests and benchmarks of the Ray
+    executor: a head node of no CPUs (it schedules, runs no job) and ``worker_nodes`` nodes of
+    ``cpus`` each; yields ``ray.cluster_utils.Cluster`` (``.address`` for ``sweep(ray=...)``,
+    ``.add_node`` / ``.remove_node``), shut down with its driver connection on exit. The node
+    processes inherit this process's environment as it is here: set ``COMPOSER_CACHE_DIR``
+    (and the like) before entering."""
+    import ray
+    from ray._private import ray_constants
+    from ray.cluster_utils import Cluster
+
+    before = {name: os.environ.get(name) for name in LOOPBACK_ENV}
+    os.environ.update(LOOPBACK_ENV)  # for the node processes, and their workers
+    # for this process, where Ray may have been imported before the variable was set
+    multi_host, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    local = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
+    cluster = Cluster(shutdown_at_exit=True)
+    try:
+        cluster.add_node(num_cpus=0, **local)  # the head
+        for _ in range(worker_nodes):
+            cluster.add_node(num_cpus=cpus, **local)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = multi_host
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
