@@ -1,0 +1,220 @@
+"""Issue 42 item 2 on the GPU machine: where composing backends wins, measured in ExecuTorch's
+own C++ runtime (bench/et_runtime's runner, ``$COMPOSER_ET_RUNNER``).
+
+For each model, composer composes it with each stack (``xnnpack``, ``cuda``, ``xnnpack,cuda``,
+``cuda,xnnpack``, and measured placement over ``xnnpack,cuda``), each program proven in the
+runner as composer proves it; then every program of the model, and eager on the GPU, is timed
+in rounds that take turns (``--rounds`` of ``--repeats`` calls each, the median per round),
+with an A/A control: the ``cuda`` program timed a second time as if it were another program.
+
+    source bench/gpu_setup.sh; export COMPOSER_ET_RUNNER=/tmp/etb/build/composer_runner/composer_et_runner
+    python3 bench/gpu_wins.py compose --models mlp,gru --out /tmp/wins   # one process a model
+    python3 bench/gpu_wins.py time --out /tmp/wins                       # the table
+
+Programs with Vulkan delegates are proven and timed in ``$COMPOSER_VULKAN_RUNNER`` (a runner
+built with ``ET_VULKAN=ON``, NVIDIA's Vulkan through its EGL ICD: ``source
+bench/et_runtime/vulkan/setup.sh``), the others in ``$COMPOSER_ET_RUNNER``'s.
+
+Models: zoo names (``composer.zoo``) and bench/gpu_mix.py's models built to mix (``cell``,
+``rnn64``, ``segmenter``, ``hybrid``), as bench/gpu_placement.py loads them. Results: one JSON
+object a line in ``OUT/wins.jsonl``; the table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+# Measured placement last: the slowest, the one a time limit cuts.
+STACKS = ("xnnpack", "cuda", "xnnpack,cuda", "cuda,xnnpack", "vulkan", "vulkan,xnnpack",
+          "measured:xnnpack,cuda")  # fmt: skip
+# A runner built with the Vulkan backend (bench/et_runtime/vulkan), for the programs with
+# Vulkan delegates: proven and timed there, the others in $COMPOSER_ET_RUNNER's (CUDA) runner.
+VULKAN_RUNNER = "COMPOSER_VULKAN_RUNNER"
+
+
+# The (CUDA) runner named at start: compose sets $COMPOSER_ET_RUNNER per stack.
+CUDA_RUNNER = os.environ.get("COMPOSER_ET_RUNNER", "")
+
+
+def runner_for(stack: str) -> str:
+    if "vulkan" in stack and os.environ.get(VULKAN_RUNNER):
+        return os.environ[VULKAN_RUNNER]
+    return CUDA_RUNNER
+
+
+def load(name: str):
+    if name == "hybrid":
+        import torch
+        from gpu_mix import ConvStemTransformer
+
+        torch.manual_seed(0)
+        return ConvStemTransformer().eval(), (torch.randn(1, 3, 224, 224),)
+    from gpu_placement import load as load_placement_model
+
+    return load_placement_model(name)
+
+
+def emit(out: Path, record: dict) -> None:
+    line = json.dumps({"t": round(time.time(), 1), **record}, default=str)
+    with open(out / "wins.jsonl", "a") as file:
+        file.write(line + "\n")
+    print(line, flush=True)
+
+
+def folder_of(out: Path, model: str, stack: str) -> Path:
+    return out / "programs" / model / stack.replace(":", "_").replace(",", "_")
+
+
+def cmd_compose(args) -> None:
+    import composer
+    from composer.run import cpp_runtime
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for model_name in args.models.split(","):
+        model, inputs = load(model_name)
+        for stack in args.stacks.split(";"):
+            measured = stack.startswith("measured:")
+            backends = stack.removeprefix("measured:")
+            start = time.perf_counter()
+            os.environ[cpp_runtime.RUNNER_VARIABLE] = runner_for(stack)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    composition = composer.compose(
+                        model, backends, inputs, cache=False,
+                        placement="measured" if measured else "priority",
+                        **({"tune_budget": args.tune_budget} if measured else {}),
+                    )  # fmt: skip
+                seconds = time.perf_counter() - start
+                folder = folder_of(out, model_name, stack)
+                folder.mkdir(parents=True, exist_ok=True)
+                composition.save(folder / "program.pte")
+                plan = composition.plan
+                emit(out, {"kind": "compose", "model": model_name, "stack": stack, "ok": True,
+                           "s": round(seconds, 1), "proof": plan.proof,
+                           "chose": plan.placement.get("chosen") if measured else None,
+                           "delegates": dict(_delegates(composition)),
+                           "repairs": len(plan.repairs), "table": plan.summary_table()})  # fmt: skip
+            except Exception as error:  # noqa: BLE001 - recorded, the sweep goes on
+                emit(out, {"kind": "compose", "model": model_name, "stack": stack, "ok": False,
+                           "s": round(time.perf_counter() - start, 1),
+                           "error": f"{type(error).__name__}: {error}"[:1500],
+                           "where": traceback.format_exc()[-600:]})  # fmt: skip
+
+
+def _delegates(composition):
+    from collections import Counter
+
+    return Counter(p.backend for p in composition.plan.partitions)
+
+
+def cmd_time(args) -> None:
+    import torch
+
+    from composer.run import cpp_runtime
+
+    out = Path(args.out)
+    rows = []
+    for model_dir in sorted((out / "programs").iterdir()):
+        model_name = model_dir.name
+        model, inputs = load(model_name)
+        programs = {}
+        for stack_dir in sorted(model_dir.iterdir()):
+            pte = stack_dir / "program.pte"
+            if pte.exists():
+                programs[stack_dir.name] = (pte, sorted(stack_dir.glob("*.ptd")))
+        if "cuda" in programs:
+            programs["cuda#AA"] = programs["cuda"]
+        gpu_model = model.to("cuda")
+        gpu_inputs = tuple(i.to("cuda") if isinstance(i, torch.Tensor) else i for i in inputs)
+        medians: dict[str, list[float]] = {name: [] for name in [*programs, "eager_gpu"]}
+        for _round in range(args.rounds):
+            for name, (pte, data) in programs.items():
+                try:
+                    report = cpp_runtime.run_pte_detailed(
+                        runner_for(name), pte, data, list(inputs), repeats=args.repeats, warmup=10,
+                        threads=args.threads or None,
+                    )  # fmt: skip
+                    medians[name].append(statistics.median(report["seconds"]) * 1e6)
+                except Exception as error:  # noqa: BLE001
+                    emit(out, {"kind": "time_error", "model": model_name, "program": name,
+                               "error": str(error)[:800]})  # fmt: skip
+            try:  # a zoo model that makes CPU tensors in forward (llama_block's arange) fails
+                medians["eager_gpu"].append(_eager_us(gpu_model, gpu_inputs, args.repeats))
+            except RuntimeError as error:
+                emit(out, {"kind": "time_error", "model": model_name, "program": "eager_gpu",
+                           "error": str(error)[:300]})  # fmt: skip
+        row = {name: round(statistics.median(v), 1) for name, v in medians.items() if v}
+        singles = [row[s] for s in ("xnnpack", "cuda") if s in row]
+        best_single = min(singles) if singles else None
+        measured = row.get("measured_xnnpack_cuda")
+        emit(out, {"kind": "row", "model": model_name, "median_us": row,
+                   "aa_ratio": round(row["cuda#AA"] / row["cuda"], 3) if "cuda#AA" in row else None,
+                   "best_single_us": best_single,
+                   "measured_vs_best_single": round(best_single / measured, 3)
+                   if best_single and measured else None})  # fmt: skip
+        rows.append((model_name, row, best_single, measured))
+    print("| model | eager GPU us | xnnpack us | cuda us (A/A) | xnnpack,cuda us | cuda,xnnpack us "
+          "| measured us | measured vs best single | vulkan us | vulkan,xnnpack us |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for model_name, row, best, measured in rows:
+
+        def cell(key, row=row):
+            return f"{row[key]:,.0f}" if key in row else "-"
+
+        aa = f" ({row['cuda#AA']:,.0f})" if "cuda#AA" in row else ""
+        ratio = f"{best / measured:.2f}x" if best and measured else "-"
+        print(f"| {model_name} | {cell('eager_gpu')} | {cell('xnnpack')} | {cell('cuda')}{aa} | "
+              f"{cell('xnnpack_cuda')} | {cell('cuda_xnnpack')} | {cell('measured_xnnpack_cuda')} "
+              f"| {ratio} | {cell('vulkan')} | {cell('vulkan_xnnpack')} |")  # fmt: skip
+
+
+def _eager_us(model, inputs, repeats: int) -> float:
+    import torch
+
+    times = []
+    with torch.no_grad():
+        for index in range(repeats + 10):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            model(*inputs)
+            torch.cuda.synchronize()
+            if index >= 10:
+                times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("compose")
+    p.add_argument("--models", required=True)
+    p.add_argument("--stacks", default=";".join(STACKS))
+    p.add_argument("--out", required=True)
+    p.add_argument("--tune-budget", type=float, default=120)
+    p.set_defaults(run=cmd_compose)
+    p = sub.add_parser("time")
+    p.add_argument("--out", required=True)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=100)
+    p.add_argument(
+        "--threads", type=int, default=0, help="XNNPACK threads (0: the runtime default)"
+    )
+    p.set_defaults(run=cmd_time)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
