@@ -28,8 +28,17 @@ def read_tensors(path: str) -> list:
     """The runner's tensor file as numpy arrays (None for a non-tensor value)."""
     import numpy as np
 
-    dtypes = {6: np.float32, 7: np.float64, 5: np.float16, 3: np.int32, 4: np.int64, 1: np.int8,
-              0: np.uint8, 2: np.int16, 11: np.bool_}
+    dtypes = {
+        6: np.float32,
+        7: np.float64,
+        5: np.float16,
+        3: np.int32,
+        4: np.int64,
+        1: np.int8,
+        0: np.uint8,
+        2: np.int16,
+        11: np.bool_,
+    }
     with open(path, "rb") as file:
         data = file.read()
     if data[:8] != MAGIC:
@@ -53,7 +62,12 @@ def check(path: str, atol: float, rtol: float) -> int:
     import numpy as np
 
     got, want = read_tensors(path), read_tensors(os.path.join(HERE, "expected.bin"))
-    report = {"outputs": len(got), "expected": len(want), "max_abs_err": [], "ok": len(got) == len(want)}
+    report = {
+        "outputs": len(got),
+        "expected": len(want),
+        "max_abs_err": [],
+        "ok": len(got) == len(want),
+    }
     for g, w in zip(got, want):
         if g is None or w is None or g.shape != w.shape:
             report["ok"] = False
@@ -104,8 +118,9 @@ def make(out_dir: str) -> None:
     graph = edge.exported_program().graph_module
     calls = [n for n in graph.graph.nodes if n.op == "call_function"]
     delegated = [n for n in calls if "executorch_call_delegate" in str(n.target)]
-    leftover = [str(n.target) for n in calls
-                if n not in delegated and "getitem" not in str(n.target)]
+    leftover = [
+        str(n.target) for n in calls if n not in delegated and "getitem" not in str(n.target)
+    ]
     program = edge.to_executorch()
     plan = program.executorch_program.execution_plan[0]
     backends = sorted({d.id for d in plan.delegates})
@@ -114,15 +129,27 @@ def make(out_dir: str) -> None:
         file.write(program.buffer)
     write_tensors(os.path.join(out_dir, "inputs.bin"), [x])
     write_tensors(os.path.join(out_dir, "expected.bin"), [expected])
-    print(json.dumps({"pte": os.path.join(out_dir, "program.pte"), "bytes": len(program.buffer),
-                      "delegates": len(delegated), "backends": backends,
-                      "ops_outside_delegates": leftover}))
+    print(
+        json.dumps(
+            {
+                "pte": os.path.join(out_dir, "program.pte"),
+                "bytes": len(program.buffer),
+                "delegates": len(delegated),
+                "backends": backends,
+                "ops_outside_delegates": leftover,
+            }
+        )
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out-dir", default=HERE)
-    parser.add_argument("--check", metavar="OUTPUTS_BIN", help="compare a runner output file with expected.bin")
+    parser.add_argument(
+        "--check", metavar="OUTPUTS_BIN", help="compare a runner output file with expected.bin"
+    )
     # Vulkan's shaders may run in reduced precision on some devices; fp32 buffers by default.
     parser.add_argument("--atol", type=float, default=1e-3)
     parser.add_argument("--rtol", type=float, default=1e-3)
