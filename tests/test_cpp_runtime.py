@@ -123,3 +123,25 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
         assert "has no VulkanBackend" not in repair["why"], repair["why"]
         assert cpp_runtime.EXECUTOR in repair["why"]
     assert composition.verify().ok
+
+
+@pytest.mark.skipif(
+    not VULKAN_RUNNER,
+    reason="needs a runner built with ExecuTorch's Vulkan backend (bench/et_runtime/vulkan) and "
+    "a Vulkan driver, named by $COMPOSER_VULKAN_RUNNER",
+)
+def test_measured_placement_times_its_candidates_in_the_runner(monkeypatch, tmp_path):
+    # Timed where the programs deploy: hosted timing ranked them otherwise on the H100.
+    from composer import zoo
+
+    monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, VULKAN_RUNNER)
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path))
+    model, inputs = zoo.load("mlp")
+    composition = composer.compose(model, "vulkan,xnnpack", inputs, placement="measured")
+    placement = composition.plan.placement
+    timed = [c for c in placement["candidates"] if c.get("median_us")]
+    assert any(c["candidate"] == "vulkan alone" for c in timed), placement["candidates"]
+    assert placement["regions"]["notes"][0].startswith(
+        f"not searched: candidates are timed whole in {VULKAN_RUNNER}"
+    )
+    assert f"({cpp_runtime.EXECUTOR})" in composition.plan.proof

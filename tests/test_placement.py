@@ -57,29 +57,27 @@ def test_the_declared_order_stays_unless_clearly_beaten():
     assert choose([untimed, timed(["b"], 5.0)]) == Candidate(("b",), "priority")
 
 
-def test_a_switch_from_the_declared_order_must_win_a_second_round_too(monkeypatch):
+def test_a_switch_from_the_declared_order_must_win_a_second_round_too():
     declared, winner = timed(["a", "b"], 100.0), timed(["b", "a"], 80.0)
     a_alone, b_alone = timed(["a"], 120.0), timed(["b"], 90.0)
     measurements = (declared, winner, a_alone, b_alone)
     assert choose(measurements) == winner.candidate
     same = {m.candidate: str(i) for i, m in enumerate(measurements)}
-    loaded = {digest: Timeable() for digest in same.values()}
     rounds = []
 
     def second(times):
-        def interleaved(calls, runs):
-            rounds.append(sorted(calls))
-            return {d: Latency(times[d], times[d], runs) for d in calls}
+        def together(digests):  # times the programs of these digests together
+            rounds.append(sorted(digests))
+            return {d: Latency(times[d], times[d], 9) for d in digests}
 
-        return interleaved
+        return together
 
     for times, kept in [
         ({"0": 100.0, "1": 99.0, "2": 120.0, "3": 130.0}, declared),  # the win was noise
         ({"0": 100.0, "1": 81.0, "2": 120.0, "3": 90.0}, winner),  # it won again
     ]:
         rounds.clear()
-        monkeypatch.setattr(placement, "interleaved", second(times))
-        confirmed = placement._confirm(measurements, winner.candidate, same, loaded, (), 9, None)
+        confirmed = placement._confirm(measurements, winner.candidate, same, second(times), None)
         assert rounds == [["0", "1", "2", "3"]]  # the finalists, timed together
         assert choose_confirmed(confirmed) == kept.candidate
         assert [m.latency for m in confirmed] == [m.latency for m in measurements]

@@ -104,7 +104,7 @@ def interleaved(
         order = names if round_index % 2 == 0 else names[::-1]
         fastest = _round({name: candidates[name] for name in order}, size, block, clock)
         if best:  # the best time so far, seen again in this round?
-            agreed = {name: _agree(fastest[name][0], best[name], tolerance) for name in names}
+            agreed = {name: agree(fastest[name][0], best[name], tolerance) for name in names}
         for name in names:
             times[name] += fastest[name][1]
             best[name] = min(best.get(name, fastest[name][0]), fastest[name][0])
@@ -113,7 +113,8 @@ def interleaved(
     return {name: Latency.of(times[name], settled=agreed[name]) for name in names}
 
 
-def _agree(a: float, b: float, tolerance: float) -> bool:
+def agree(a: float, b: float, tolerance: float) -> bool:
+    """Whether two fastest calls are the same time, within ``tolerance`` of the smaller."""
     return abs(a - b) <= tolerance * min(a, b)
 
 

@@ -36,8 +36,9 @@ from composer.measure import hosted_trace, region_search
 from composer.measure.candidates import Candidate, candidates
 from composer.measure.choice import Choice, Measurement, choose, choose_confirmed
 from composer.measure.etdump import ProgramTrace, trace
-from composer.measure.latency import interleaved
+from composer.measure.latency import Latency, interleaved
 from composer.measure.placement_cache import read_cache, write_cache
+from composer.measure.runner_timing import RunnerProgram, runner_interleaved
 from composer.measure.units import partition_times
 from composer.run import cpu_threads
 from composer.run.aoti_host import program_runner
@@ -66,6 +67,7 @@ def measure(
     plan_candidate: Callable[[Candidate], Any] | None = None,
     never: Mapping[str, Sequence[str]] | None = None,
     threads_set: bool = False,
+    runner: str | None = None,
 ) -> tuple[Choice, dict[Candidate, Any]]:
     """Compose and time every candidate (cached by ``key``); returns the choice and the
     compositions it made (none when the cache answered).
@@ -75,7 +77,11 @@ def measure(
     instead of tracing with ETDump. ``plan_candidate`` plans a candidate without lowering;
     given, and with two or more backends, a per-region candidate is searched too
     (composer.measure.region_search). ``never`` is the user's pins, which the config that reproduces the
-    choice repeats, as it repeats the runtime's threads where ``threads_set``."""
+    choice repeats, as it repeats the runtime's threads where ``threads_set``.
+
+    ``runner``: the C++ runtime ``$COMPOSER_ET_RUNNER`` names, where the programs deploy: every
+    candidate is timed there (composer.measure.runner_timing), whole; no per-region search and
+    no per-partition traces, which time the programs elsewhere."""
     # These import torch, which the paths that only read a plan skip.
 
     cached = read_cache(cache_dir, key)
@@ -116,7 +122,10 @@ def measure(
         digest = hashlib.sha256(composition.buffer).hexdigest()
         if digest not in loaded:
             try:
-                program = program_runner(composition, hosted)
+                if runner is not None:
+                    program = RunnerProgram(runner, composition)
+                else:
+                    program = program_runner(composition, hosted)
                 program.run(inputs)  # checks the inputs once, outside the timing
             except ComposerError as error:
                 notes[candidate] = f"not timed: {first_line(error)}"
@@ -132,7 +141,10 @@ def measure(
         compose_and_load(candidate)
     searched: dict[str, Any] = {}
     if plan_candidate is not None and len(backends) > 1:
-        if over_budget():
+        if runner is not None:
+            whole = f"not searched: candidates are timed whole in {runner}"
+            searched = {"notes": [whole + ", where per-region timing has no counterpart"]}
+        elif over_budget():
             searched = {"notes": [f"not searched: over the tune budget of {budget_s:g} s"]}
         else:
             mixed, searched = region_search.search(
@@ -147,9 +159,13 @@ def measure(
         raise failures[0]
     if progress is not None:
         progress(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each")
-    timed = (
-        interleaved({d: p.timed_call(inputs) for d, p in loaded.items()}, runs) if loaded else {}
-    )
+
+    def together(digests: Sequence[str]) -> dict[str, Latency]:
+        if runner is not None:
+            return runner_interleaved({d: loaded[d] for d in digests}, inputs, runs)
+        return interleaved({d: loaded[d].timed_call(inputs) for d in digests}, runs)
+
+    timed = together(list(loaded)) if loaded else {}
     measurements = tuple(
         Measurement(
             candidate,
@@ -161,14 +177,14 @@ def measure(
     )
     chosen = choose(measurements)
     if chosen != measurements[0].candidate:
-        measurements = _confirm(measurements, chosen, same, loaded, inputs, runs, progress)
+        measurements = _confirm(measurements, chosen, same, together, progress)
         chosen = choose_confirmed(measurements)
     traces = {}
     for candidate in [chosen, *(c for c in composed if c != chosen)]:
         digest = same.get(candidate)
         if digest is None or digest in traces:
             continue
-        if over_budget() and candidate != chosen:
+        if (over_budget() and candidate != chosen) or runner is not None:
             continue
         if progress is not None:
             how = hosted_trace.HostedTrace.timer if hosted else ProgramTrace.timer
@@ -188,7 +204,7 @@ def measure(
     return choice, composed
 
 
-def _confirm(measurements, chosen, same, loaded, inputs, runs, progress):
+def _confirm(measurements, chosen, same, together, progress):
     """The measurements with a second round for the finalists: the declared order, the winner
     and each backend alone, timed together again. On a shared machine one round's winner by
     a few percent is often the next round's loser; a switch away from the declared order must
@@ -202,7 +218,7 @@ def _confirm(measurements, chosen, same, loaded, inputs, runs, progress):
     digests = list(dict.fromkeys(same[c] for c in finalists if c in same))
     if progress is not None:
         progress(f"placement: confirming {chosen.label}, {len(digests)} program(s) again")
-    again = interleaved({d: loaded[d].timed_call(inputs) for d in digests}, runs)
+    again = together(digests)
     return tuple(
         attrs.evolve(m, confirmed=again[same[m.candidate]])
         if m.candidate in finalists and m.candidate in same

@@ -23,7 +23,11 @@ VERSIONED = ("executorch-composer", "executorch", "torch", "openvino")
 
 
 def cache_key(
-    program, backends: Sequence[str], settings: Mapping[str, Any], runs: int
+    program,
+    backends: Sequence[str],
+    settings: Mapping[str, Any],
+    runs: int,
+    runner: str | None = None,
 ) -> str | None:
     """What a measurement depends on: the program (graph and weights), the stack, the runs,
     the versions of what compiles and runs it, and the machine. None: not to be cached."""
@@ -43,6 +47,7 @@ def cache_key(
         "backends": list(backends),
         "settings": {k: _plain(v) for k, v in sorted(settings.items())},
         "runs": runs,
+        "runner": runner,  # where the candidates were timed: the C++ runtime, or here
         "search": "whole programs, then per region",  # what a cached choice was chosen among
         "versions": libraries,
         "machine": [platform.machine(), platform.processor(), os.cpu_count()],

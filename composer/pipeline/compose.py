@@ -26,7 +26,7 @@ from composer.pipeline.proven import composed_and_proven, repaired_stack
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.names import is_count
 from composer.registry.stack import Stack
-from composer.run import aoti_host, cpu_threads, cuda_manifest
+from composer.run import aoti_host, cpp_runtime, cpu_threads, cuda_manifest
 from composer.run.composition import Composition
 from composer.scheduler.plans import Plan
 
@@ -328,6 +328,9 @@ def _measured(
     hosted = aoti_host.host_unavailable_reason() is None and any(
         b.spec.backend_id == cuda_manifest.CUDA_BACKEND_ID for b in resolved
     )
+    # Where ExecuTorch's C++ runtime is named, the candidates are timed there: the runtime
+    # they deploy to (hosted timing ranked them otherwise on the H100).
+    runner = cpp_runtime.runner_path()
 
     def only(candidate) -> Stack:
         """The candidate's stack: its backends with their settings, the user's pins and its
@@ -347,7 +350,7 @@ def _measured(
         compose_candidate,
         list(stack.backends),
         example_inputs_of(program, example_inputs),
-        key=cache_key(program, stack.backends, stack.settings(), measured.RUNS),
+        key=cache_key(program, stack.backends, stack.settings(), measured.RUNS, runner),
         budget_s=stack.tune_budget,
         progress=progress,
         cache_dir=cache_dir() if cache else None,
@@ -355,6 +358,7 @@ def _measured(
         plan_candidate=plan_candidate,
         never={name: sorted(pins) for name, pins in stack.never.items()},
         threads_set=stack.threads is not None,
+        runner=runner,
     )
     composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
     composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())
