@@ -25,7 +25,9 @@ MAGIC = b"ETRUNIO1"
 
 
 def read_tensors(path: str) -> list:
-    """The runner's tensor file as numpy arrays (None for a non-tensor value)."""
+    """The runner's tensor file as numpy arrays (None for a non-tensor value). A numpy-only
+    twin of composer.run.cpp_runtime.read_tensors: the device call that builds the Vulkan
+    runner checks it without torch, ExecuTorch's wheel or composer installed."""
     import numpy as np
 
     dtypes = {
