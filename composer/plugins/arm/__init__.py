@@ -26,7 +26,7 @@ from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
 from composer.contract.hookspecs import hookimpl
 from composer.contract.options import Option, check_options
-from composer.plugins.vendor import CheckedSupport, import_problem, quiet
+from composer.plugins.native import CheckedSupport, import_problem, quiet
 
 NUMPY_NOTE = "tosa-tools pins numpy<2.2 and flatbuffers==25.2.10"
 

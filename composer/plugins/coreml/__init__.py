@@ -31,7 +31,7 @@ from composer.contract.hookspecs import hookimpl
 from composer.contract.op_names import op_name
 from composer.contract.options import Option, check_options
 from composer.plugins.aoti import is_core_alias
-from composer.plugins.vendor import CheckedSupport, import_problem, quiet
+from composer.plugins.native import CheckedSupport, import_problem, quiet
 
 INSTALL = "pip install 'executorch-composer[coreml]'"
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")

@@ -11,7 +11,7 @@ installed from source (``python install_executorch.py``) has the file; then supp
 from __future__ import annotations
 
 from composer.contract.backend_spec import BackendSpec
-from composer.plugins.vendor import NativePartitionerPlugin
+from composer.plugins.native import NativePartitionerPlugin
 
 
 class MlxPlugin(NativePartitionerPlugin):

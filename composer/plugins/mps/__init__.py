@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from composer.contract.backend_spec import BackendSpec
-from composer.plugins.vendor import NativePartitionerPlugin
+from composer.plugins.native import NativePartitionerPlugin
 
 
 class MpsPlugin(NativePartitionerPlugin):

@@ -30,7 +30,7 @@ from composer.contract.hookspecs import hookimpl
 from composer.contract.op_names import op_name
 from composer.contract.options import Option, check_options
 from composer.plugins.aoti import is_core_alias
-from composer.plugins.vendor import ON_OFF, CheckedSupport, import_problem, is_on, quiet
+from composer.plugins.native import ON_OFF, CheckedSupport, import_problem, is_on, quiet
 
 QNN = BackendSpec(
     name="qnn",

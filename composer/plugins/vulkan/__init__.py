@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.hookspecs import hookimpl
 from composer.contract.options import Option, check_options
-from composer.plugins.vendor import ON_OFF, CheckedSupport, import_problem, is_on, quiet
+from composer.plugins.native import ON_OFF, CheckedSupport, import_problem, is_on, quiet
 
 VULKAN = BackendSpec(
     name="vulkan",

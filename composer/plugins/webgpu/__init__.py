@@ -17,7 +17,7 @@ from __future__ import annotations
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.hookspecs import hookimpl
 from composer.contract.options import Option, check_options
-from composer.plugins.vendor import ON_OFF, import_problem, quiet
+from composer.plugins.native import ON_OFF, import_problem, quiet
 from composer.plugins.vulkan import describe_payload, vulkan_support
 
 __all__ = ["describe_payload"]

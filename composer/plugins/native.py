@@ -1,4 +1,6 @@
-"""What the plugins for the vendor backends of ExecuTorch's wheel share.
+"""What the plugins that wrap ExecuTorch's own partitioners and support checks share.
+
+(It was ``composer/plugins/vendor``, a name tools read as third-party code.)
 
 Vulkan, Core ML, QNN, WebGPU, Arm (Ethos-U, VGF), MPS and MLX: each plugin asks its backend's
 own operator-support check, node by node, so composer's guards, pins, minimum sizes and
