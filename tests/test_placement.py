@@ -22,8 +22,7 @@ from composer.measure.candidates import Candidate, candidates
 from composer.measure.choice import MARGIN, Measurement, choose, choose_confirmed
 from composer.measure.etdump import ProgramTrace, StepTime, program_instructions, trace
 from composer.measure.latency import Latency
-from composer.measure.region_choice import choose as choose_regions
-from composer.measure.region_choice import proposal
+from composer.measure.region_choice import cheapest_path, proposal
 from composer.measure.region_costs import Costs, costs
 from composer.measure.region_layouts import layouts, pins
 from composer.measure.regions import Region, _has_kernel, cut, portable_kernels, topological_order
@@ -479,13 +478,13 @@ def test_dynamic_programming_weighs_region_times_against_switches_and_calls():
         {"x": 1.0, "y": 1.0},
         5.0,
     )  # fmt: skip
-    assert choose_regions(regions_, measured) == (("x", "x", "x"), 7.0)
+    assert cheapest_path(regions_, measured) == (("x", "x", "x"), 7.0)
     cheap_switch = attrs.evolve(measured, between_us=0.0)
-    assert choose_regions(regions_, cheap_switch) == (("y", "x", "y"), 5.0)
+    assert cheapest_path(regions_, cheap_switch) == (("y", "x", "y"), 5.0)
     # A call that runs slower after another backend's (its threads still spinning) counts,
     # the program's next run included: y, x, y pays it once, x, x, y at the next run's start.
     slow_after_y = attrs.evolve(cheap_switch, switch_us={("y", "x"): 4.0})
-    assert choose_regions(regions_, slow_after_y) == (("x", "x", "x"), 7.0)
+    assert cheapest_path(regions_, slow_after_y) == (("x", "x", "x"), 7.0)
 
 
 def test_a_switch_costs_even_with_portable_kernels_between():
@@ -494,7 +493,7 @@ def test_a_switch_costs_even_with_portable_kernels_between():
     measured = Costs(
         ({"x": 5.0, "y": 1.0}, {"portable": 1.0}, {"x": 1.0}), {}, 0.0, {("y", "x"): 10.0}
     )
-    assert choose_regions(regions_, measured) == (("x", "portable", "x"), 7.0)
+    assert cheapest_path(regions_, measured) == (("x", "portable", "x"), 7.0)
 
 
 def test_the_search_proposes_the_cheapest_mix_where_one_backend_everywhere_is_cheapest():
@@ -507,9 +506,9 @@ def test_the_search_proposes_the_cheapest_mix_where_one_backend_everywhere_is_ch
         {"x": 40.0, "y": 5.0},
         0.0,
     )  # fmt: skip
-    assert choose_regions(regions_, measured) == (("x", "x", "x"), 70.0)
+    assert cheapest_path(regions_, measured) == (("x", "x", "x"), 70.0)
     # y, x, x: 20 + 50 + (50 - 40); y, y, x: 20 + (20 - 5) + 50.
-    assert choose_regions(regions_, measured, mixed=True) == (("y", "x", "x"), 80.0)
+    assert cheapest_path(regions_, measured, mixed=True) == (("y", "x", "x"), 80.0)
     assignment, estimate, why = proposal(regions_, measured)
     assert (assignment, estimate) == (("y", "x", "x"), 80.0)
     assert why == (

@@ -1,5 +1,5 @@
 """The per-region choice: dynamic programming over the regions in order, charging crossings,
-over the program's loop (``choose``), and what the search proposes (``proposal``).
+over the program's loop (``cheapest_path``), and what the search proposes (``proposal``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from composer.measure.regions import Region
 from composer.scheduler.plans import PORTABLE
 
 
-def choose(
+def cheapest_path(
     regions: Sequence[Region], measured: Costs, mixed: bool = False
 ) -> tuple[tuple[str, ...], float] | None:
     """The cheapest option per region by dynamic programming over the regions in order, and
@@ -56,20 +56,20 @@ def choose(
 def proposal(
     regions: Sequence[Region], measured: Costs
 ) -> tuple[tuple[str, ...], float, str | None] | None:
-    """What the search proposes: the cheapest assignment by ``choose``, its estimate, and a
+    """What the search proposes: the cheapest assignment by ``cheapest_path``, its estimate, and a
     note when it is not that. Every region on one backend is that backend alone, which
     measured placement times whole anyway; the cheapest mix is proposed instead, since the
     estimate is a sum of parts (on the H100, bench/gpu_mix.py's 64-step RNN then a head with
     XNNPACK on 16 threads: CUDA everywhere estimated 731 us, the best mix 739; timed whole,
     the recurrence on XNNPACK and the head on CUDA ran in 534 us, CUDA alone in 626)."""
-    chosen = choose(regions, measured)
+    chosen = cheapest_path(regions, measured)
     if chosen is None:
         return None
     assignment, estimate = chosen
     single = set(assignment)
     if len(single) > 1 or PORTABLE in single:
         return assignment, estimate, None
-    mix = choose(regions, measured, mixed=True)
+    mix = cheapest_path(regions, measured, mixed=True)
     if mix is None:
         return assignment, estimate, None
     note = (
