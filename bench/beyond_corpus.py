@@ -180,7 +180,7 @@ def compose_one(name: str, stack: str) -> dict:
         record["trace"] = traceback.format_exc()[-1500:]
     else:
         record["proof"] = plan.proof
-        record["repairs"] = [f"{r['partition']}: {r['why'][:150]} -> {r['moved_to']}"
+        record["repairs"] = [f"{r.partition}: {r.why[:150]} -> {r.moved_to}"
                              for r in plan.repairs]  # fmt: skip
         record["delegates"] = plan.delegate_calls
         record["portable"] = len(plan.fallbacks)

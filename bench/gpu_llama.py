@@ -259,7 +259,7 @@ def lower_composer(variant: str, stack: str, program, metadata) -> dict:
     return {
         "ok": True, "s": round(seconds, 1), "delegates": delegates_of(composed.buffer),
         "plan": plan.summary_table(), "proof": plan.proof,
-        "repairs": [{k: (v if k != "nodes" else len(v)) for k, v in dict(r).items()}
+        "repairs": [{k: (v if k != "nodes" else len(v)) for k, v in r.to_dict().items()}
                     for r in (plan.repairs or ())],
         **info,
     }  # fmt: skip

@@ -129,7 +129,7 @@ def composed(dtype: torch.dtype, stack: str) -> dict:
         "stack": stack,
         "compose_s": round(seconds, 1),
         "proof": plan.proof,
-        "repairs": [(r["partition"], r["why"][:200], r["moved_to"]) for r in plan.repairs],
+        "repairs": [(r.partition, r.why[:200], r.moved_to) for r in plan.repairs],
         "nodes": {b: len(plan.nodes_on(b)) for b in (*plan.backends, "portable")},
         "sizes": [judged(model, run, n) for n in LENGTHS],
         "progress": lines[-12:],

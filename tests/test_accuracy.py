@@ -147,8 +147,8 @@ def test_a_delegate_one_percent_off_is_caught_named_and_moved(xnnpack_one_percen
         warnings.simplefilter("ignore", composer.ComposerWarning)
         composition = composer.compose(model, "xnnpack", inputs, cache=False)
     plan = composition.plan
-    assert [r["backend"] for r in plan.repairs] == ["xnnpack"]
-    why = plan.repairs[0]["why"]
+    assert [r.backend for r in plan.repairs] == ["xnnpack"]
+    why = plan.repairs[0].why
     assert why.startswith("does not match its subgraph") and "against fp64" in why
     assert plan.nodes_on("xnnpack") == []
     assert plan.proof.startswith("ran and matched eager")
@@ -226,7 +226,7 @@ def test_a_backends_safer_options_are_tried_before_its_nodes_move(xnnpack_one_pe
     repairs = composition.plan.repairs
     # the option changes nothing here (the fault is in every XNNPACK delegate), so the nodes
     # move after it was tried
-    assert [r.get("options") for r in repairs] == [{"kernels": "plain"}, None]
+    assert [r.options for r in repairs] == [{"kernels": "plain"}, None]
     assert any("trying carefulpack with kernels=plain" in line for line in progress)
     assert "tried kernels=plain" in composition.plan.summary_table()
     assert composition.plan.nodes_on("carefulpack") == []

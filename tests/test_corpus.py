@@ -98,7 +98,7 @@ def test_a_real_model_composes_runs_and_matches_eager(name, stack):
         assert plan.nodes_on(backends[0]), plan.summary_table()
         assert ids[backends[0]] in composition.delegate_backend_ids()
     else:
-        assert all(r["backend"] == backends[0] for r in plan.repairs), plan.summary_table()
+        assert all(r.backend == backends[0] for r in plan.repairs), plan.summary_table()
         assert composition.delegate_backend_ids(), "the repaired program still delegates"
     if "openvino" in backends:
         # OpenVINO computes in bf16 on CPUs with bf16 units: its looser tolerance is stated.

@@ -120,8 +120,8 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
     assert plan.nodes_on("vulkan"), plan.summary_table()
     assert plan.repairs
     for repair in plan.repairs:
-        assert "has no VulkanBackend" not in repair["why"], repair["why"]
-        assert cpp_runtime.EXECUTOR in repair["why"]
+        assert "has no VulkanBackend" not in repair.why, repair.why
+        assert cpp_runtime.EXECUTOR in repair.why
     assert composition.verify().ok
 
 

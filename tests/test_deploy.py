@@ -95,8 +95,8 @@ def test_a_real_compiler_failure_moves_the_partition_it_was_handed():
     plan = composition.plan
     assert plan.proof.startswith("ran and matched eager")
     (repair,) = plan.repairs
-    assert repair["backend"] == "openvino"
-    assert repair["why"] == "failed to lower: KeyError: torch.bfloat16"
+    assert repair.backend == "openvino"
+    assert repair.why == "failed to lower: KeyError: torch.bfloat16"
     assert not plan.nodes_on("openvino")
 
 
@@ -123,11 +123,11 @@ def test_only_the_partition_a_compiler_failed_on_moves():
 
     plan = composition.plan
     (repair,) = plan.repairs
-    assert repair["why"] == "failed to lower: KeyError: torch.bfloat16"
-    assert "aten__softmax_default" in repair["nodes"]
+    assert repair.why == "failed to lower: KeyError: torch.bfloat16"
+    assert "aten__softmax_default" in repair.nodes
     # The float partition compiled: it stays on OpenVINO.
     assert "aten_relu_default" in plan.nodes_on("openvino")
-    assert "aten_relu_default" not in repair["nodes"]
+    assert "aten_relu_default" not in repair.nodes
     assert plan.proof.startswith("ran and matched eager")
 
 

@@ -279,11 +279,11 @@ def test_every_partition_openvino_fails_to_convert_moves_in_one_repair():
         cache=False, progress=lines.append,
     )  # fmt: skip
     repairs = composition.plan.repairs
-    assert [r["partition"] for r in repairs] == [
+    assert [r.partition for r in repairs] == [
         f"openvino partition of aten_cat_default{suffix}" for suffix in ("", "_1", "_2")
     ]
-    assert all(r["why"].startswith("failed to lower: OpConversionFailure") for r in repairs)
-    assert all(r["moved_to"] == {"portable": 1} for r in repairs)
+    assert all(r.why.startswith("failed to lower: OpConversionFailure") for r in repairs)
+    assert all(r.moved_to == {"portable": 1} for r in repairs)
     assert sum("composing again" in line for line in lines) == 1
     assert sum(line.startswith("openvino: ") for line in lines) == 2  # lowered twice, no more
     assert composition.plan.proof.startswith("ran and matched eager")

@@ -69,12 +69,12 @@ def test_a_partition_its_backend_fails_to_lower_goes_to_the_next_backend_and_the
     plan = composition.plan
     assert plan.nodes_on("brittle") == []
     (repair,) = plan.repairs
-    assert repair["backend"] == "brittle"
-    assert repair["why"].startswith("failed to lower: ValueError: this compiler cannot build")
-    assert repair["moved_to"] == {"xnnpack": len(repair["nodes"])}
+    assert repair.backend == "brittle"
+    assert repair.why.startswith("failed to lower: ValueError: this compiler cannot build")
+    assert repair.moved_to == {"xnnpack": len(repair.nodes)}
     assert plan.proof.startswith("ran and matched eager")
     assert "moved: brittle partition of" in plan.summary_table()
-    assert plan.to_dict()["repairs"][0]["moved_to"] == repair["moved_to"]
+    assert plan.to_dict()["repairs"][0]["moved_to"] == repair.moved_to
     verification = composition.verify()
     assert verification.ok and verification.executor == "executorch runtime"
 
@@ -94,9 +94,9 @@ def test_a_repair_says_where_nodes_went_that_the_repaired_program_names_otherwis
         )
     plan = composition.plan
     (repair,) = plan.repairs
-    assert any("addmm" in node for node in repair["nodes"])
+    assert any("addmm" in node for node in repair.nodes)
     assert not any("addmm" in node for node in plan.node_backends)
-    assert repair["moved_to"] == {"xnnpack": len(repair["nodes"])}
+    assert repair.moved_to == {"xnnpack": len(repair.nodes)}
     assert plan.proof.startswith("ran and matched eager")
     assert not [w for w in said if "names no node" in str(w.message)]
 
@@ -117,8 +117,8 @@ def test_nodes_moved_to_portable_kernels_are_said_in_a_warning(brittle_registry)
         composition = composer.compose(model, ["brittle"], inputs, registry=brittle_registry,
                                        cache=False)  # fmt: skip
     repairs = composition.plan.repairs
-    assert repairs and all(r["moved_to"] == {"portable": len(r["nodes"])} for r in repairs)
-    moved = sum(len(r["nodes"]) for r in repairs)
+    assert repairs and all(r.moved_to == {"portable": len(r.nodes)} for r in repairs)
+    moved = sum(len(r.nodes) for r in repairs)
     assert composition.plan.nodes_on("brittle") == []
     assert len(composition.plan.nodes_on("portable")) >= moved
 
@@ -131,7 +131,7 @@ def test_the_portable_warning_names_the_backend_after_that_declined_rather_than_
         warnings.simplefilter("always")
         composition = composer.compose(model, ["brittle", "xnnpack"], inputs,
                                        registry=registry_with(BrittlePlugin(lambda op: True)), cache=False)  # fmt: skip
-    assert composition.plan.repairs[0]["moved_to"].get("portable")
+    assert composition.plan.repairs[0].moved_to.get("portable")
     (warned,) = [str(w.message) for w in said if "portable kernels" in str(w.message)]
     assert "xnnpack after it declined them (the plan's fallbacks say why)" in warned
     assert "xnnpack on a CPU" not in warned
@@ -233,7 +233,7 @@ def test_a_repair_lowers_a_program_no_earlier_lowering_has_touched(brittle_regis
     stack = composer.Stack(["openvino", "brittle", "xnnpack"],
                            never={"openvino": ["aten.linear.default"]})  # fmt: skip
     composition = composer.compose(model, stack, inputs, registry=brittle_registry, cache=False)
-    assert [r["backend"] for r in composition.plan.repairs] == ["brittle"]
+    assert [r.backend for r in composition.plan.repairs] == ["brittle"]
     assert "aten.linear.default" in composition.plan.ops_on("xnnpack")
     assert composition.plan.proof.startswith("ran and matched eager")
 
@@ -281,8 +281,8 @@ def test_a_dynamic_program_whose_openvino_delegates_fail_at_other_sizes_is_repai
     plan = composition.plan
     assert plan.nodes_on("openvino") == []
     assert plan.proof.startswith("ran and matched eager at 4 sizes")
-    moved = [r for r in plan.repairs if r["why"].startswith("does not match its subgraph")]
-    assert len(moved) >= 2 and all("output shape" in r["why"] for r in moved)
+    moved = [r for r in plan.repairs if r.why.startswith("does not match its subgraph")]
+    assert len(moved) >= 2 and all("output shape" in r.why for r in moved)
 
 
 def test_a_users_dynamic_program_stays_dynamic_through_every_lowering():
@@ -341,8 +341,8 @@ def test_a_partition_that_fails_to_lower_is_lowered_again_with_its_backends_safe
                                    progress=progress.append)  # fmt: skip
     plan = composition.plan
     (repair,) = plan.repairs
-    assert repair["options"] == {"kernels": "plain"}
-    assert repair["why"].startswith("failed to lower: ValueError: the fast kernels refuse")
+    assert repair.options == {"kernels": "plain"}
+    assert repair.why.startswith("failed to lower: ValueError: the fast kernels refuse")
     assert any("trying fussy with kernels=plain" in line for line in progress)
     assert plan.nodes_on("fussy")  # its nodes stayed
     # strict placement moves nothing and sets nothing: the failure is the user's to see
@@ -359,7 +359,7 @@ def test_a_node_a_repair_moved_says_so_where_it_fell_back(brittle_registry):
         composition = composer.compose(model, ["brittle"], inputs, registry=brittle_registry,
                                        cache=False)  # fmt: skip
     plan = composition.plan
-    moved = {node for repair in plan.repairs for node in repair["nodes"]}
+    moved = {node for repair in plan.repairs for node in repair.nodes}
     reasons = [dict(f.reasons)["brittle"] for f in plan.fallbacks if f.node in moved]
     assert reasons and all(r.startswith("moved off brittle by a repair: brittle") for r in reasons)
     assert "failed to lower: ValueError: this compiler cannot build" in reasons[0]

@@ -57,7 +57,7 @@ def test_quantized_nodes_no_backend_of_the_stack_takes_run_on_portable_kernels()
     with pytest.warns(composer.ComposerWarning, match="now run on ExecuTorch's portable kernels"):
         composition = composer.compose(program, "openvino", inputs, cache=False)
     plan = composition.plan
-    assert "OpConversionFailure" in plan.repairs[0]["why"]
+    assert "OpConversionFailure" in plan.repairs[0].why
     assert plan.ops_on("portable")["quantized_decomposed.dequantize_per_channel.default"] == 3
     assert plan.proof.startswith("ran and matched eager")
     method = Runtime.get().load_program(composition.buffer).load_method("forward")

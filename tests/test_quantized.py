@@ -34,8 +34,8 @@ def test_quantized_resnet18_composes_whole_on_xnnpack_and_runs(quantized_resnet1
     if stack.startswith("openvino"):
         # OpenVINO's partitions fail (its frontend cannot convert XNNPACK's int8 graph) and
         # move, each with its quantization groups, until XNNPACK has them all.
-        assert plan.repairs and all(r["backend"] == "openvino" for r in plan.repairs)
-        assert plan.repairs[0]["why"].startswith("failed to lower: OpConversionFailure")
+        assert plan.repairs and all(r.backend == "openvino" for r in plan.repairs)
+        assert plan.repairs[0].why.startswith("failed to lower: OpConversionFailure")
         assert "compiled with: openvino" not in plan.summary_table()
 
 

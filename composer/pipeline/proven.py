@@ -26,6 +26,7 @@ from composer.run.composition import Composition
 from composer.run.proof import Culprit, ProgramFailed, prove
 from composer.scheduler.assign import node_pin
 from composer.scheduler.origins import origin_backends
+from composer.scheduler.plan_records import Repair
 
 # Rounds of repairs, each moving every partition found failing (all those a compiler raised
 # on, or the one delegate the proof names); a stack of k backends moves a node at most k times.
@@ -189,8 +190,8 @@ def with_options(stack: Stack, options: dict[str, dict[str, str]]) -> Stack:
 def repaired_stack(stack: Stack, repairs) -> Stack:
     """``stack`` with a plan's ``repairs`` applied: nodes pinned off their backend, safer
     options set: how a repaired program is lowered again."""
-    stack = pinned_off(stack, [(r["backend"], r["nodes"]) for r in repairs if r["nodes"]])
-    return with_options(stack, {r["backend"]: r["options"] for r in repairs if r.get("options")})
+    stack = pinned_off(stack, [(r.backend, r.nodes) for r in repairs if r.nodes])
+    return with_options(stack, {r.backend: r.options for r in repairs if r.options})
 
 
 def pinned_off(stack: Stack, moved) -> Stack:
@@ -212,14 +213,14 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
         return found or "elsewhere"
 
     repairs = tuple(
-        {
-            "backend": c.backend,
-            "partition": c.partition,
-            "nodes": list(c.nodes),
-            "why": c.why,
-            "moved_to": dict(Counter(went_to(c, n) for n in c.nodes)),
-            **({"options": dict(c.options)} if c.options else {}),
-        }
+        Repair(
+            c.backend,
+            c.partition,
+            c.nodes,
+            c.why,
+            Counter(went_to(c, n) for n in c.nodes),
+            dict(c.options) or None,
+        )
         for c in failed
     )
     composition.plan = _said_as_repairs(
@@ -268,7 +269,7 @@ def _warn_of_portable_kernels(repairs, backends: Sequence[str]) -> None:
     # on portable kernels against 0.27 ms): the user should not have to read the plan to see.
     moved = Counter()
     for repair in repairs:
-        moved[repair["backend"]] += repair["moved_to"].get("portable", 0)
+        moved[repair.backend] += repair.moved_to.get("portable", 0)
     for backend, count in moved.items():
         if count:
             after = list(backends[backends.index(backend) + 1 :]) if backend in backends else []

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
 from tabulate import tabulate
 
 from composer.contract.backend_spec import Tolerance
+from composer.scheduler.plan_records import Repair
 
 PORTABLE = "portable"
 QUANTIZED_OPS = ("quantized_decomposed.", "torchao.")  # the namespaces of q/dq ops
@@ -94,7 +94,7 @@ class Plan:
     # eager, not run here (and why), or not checked; empty for a plan (nothing runs)
     proof: str = ""
     # partitions moved after their delegate failed: backend, partition, nodes, why, moved_to
-    repairs: tuple[dict[str, Any], ...] = ()
+    repairs: tuple[Repair, ...] = ()
     # the program's dynamic input dims and their ranges (composer.scheduler.dynamic_dims)
     dynamic_dims: tuple[dict[str, Any], ...] = ()
     # how far integer kernels may be from a quantized model's q/dq simulation (quantized.py)
@@ -238,7 +238,7 @@ class Plan:
             "tolerances": {b: t.to_dict() for b, t in self.tolerances.items()},
             "placement": dict(self.placement),
             "proof": self.proof,
-            "repairs": [dict(r) for r in self.repairs],
+            "repairs": [r.to_dict() for r in self.repairs],
             "dynamic_dims": [dict(d) for d in self.dynamic_dims],
             "quantization": None if self.quantization is None else self.quantization.to_dict(),
         }
@@ -310,16 +310,16 @@ def describe_dynamic_dims(dims) -> str:
     return "; ".join(parts)
 
 
-def describe_repair(repair: Mapping[str, Any]) -> str:
+def describe_repair(repair: Repair) -> str:
     """One line for a moved partition: "openvino:1 failed at run time: ...; its 18 nodes went
     to portable"."""
-    if repair.get("options"):
-        options = ", ".join(f"{k}={v}" for k, v in repair["options"].items())
-        return f"{repair['partition']} ({repair['backend']}) {repair['why']}; tried {options}"
-    went = ", ".join(f"{b} x{n}" for b, n in repair["moved_to"].items()) or "nowhere"
+    if repair.options:
+        options = ", ".join(f"{k}={v}" for k, v in repair.options.items())
+        return f"{repair.partition} ({repair.backend}) {repair.why}; tried {options}"
+    went = ", ".join(f"{b} x{n}" for b, n in repair.moved_to.items()) or "nowhere"
     return (
-        f"{repair['partition']} ({repair['backend']}) {repair['why']}; its "
-        f"{len(repair['nodes'])} node(s) went to {went}"
+        f"{repair.partition} ({repair.backend}) {repair.why}; its "
+        f"{len(repair.nodes)} node(s) went to {went}"
     )
 
 
