@@ -145,3 +145,21 @@ def test_measured_placement_times_its_candidates_in_the_runner(monkeypatch, tmp_
         f"not searched: candidates are timed whole in {VULKAN_RUNNER}"
     )
     assert f"({cpp_runtime.EXECUTOR})" in composition.plan.proof
+
+
+@pytest.mark.skipif(
+    not VULKAN_RUNNER,
+    reason="needs a runner built with ExecuTorch's Vulkan backend (bench/et_runtime/vulkan) and "
+    "a Vulkan driver, named by $COMPOSER_VULKAN_RUNNER",
+)
+def test_bench_times_what_the_pip_runtime_cannot_run_in_the_runner(monkeypatch, capsys, tmp_path):
+    from composer.cli import main
+
+    monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, VULKAN_RUNNER)
+    assert main(["lower", "zoo:mlp", "--backends", "vulkan,xnnpack", "-o",
+                 str(tmp_path / "m.pte"), "--bench", "20"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split()}
+    assert "vulkan,xnnpack" in rows and "vulkan" in rows and "xnnpack" in rows
+    assert f"vulkan,xnnpack: timed in the {cpp_runtime.EXECUTOR} ({VULKAN_RUNNER})" in out
+    assert "not timed" not in out

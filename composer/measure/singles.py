@@ -1,5 +1,7 @@
 """A composed program beside each backend of its stack alone, timed together in the runtime
-(``composer lower --bench``).
+(``composer lower --bench``); a program the pip runtime cannot run (a Vulkan or CUDA delegate)
+is timed in ExecuTorch's C++ runtime where ``$COMPOSER_ET_RUNNER`` names one, the programs
+there taking turns among themselves.
 """
 
 from __future__ import annotations
@@ -8,7 +10,10 @@ from collections.abc import Callable
 
 import attrs
 
+from composer.contract.errors import ComposerError, first_line
 from composer.measure.latency import Latency, interleaved
+from composer.measure.runner_timing import RunnerProgram, runner_interleaved
+from composer.run import cpp_runtime
 from composer.run.compare import compare
 from composer.run.runtime import LoadedProgram
 
@@ -39,29 +44,49 @@ def compare_with_singles(
     eager = copy.deepcopy(composition.eager)
     with torch.no_grad():
         expected = eager(*inputs)
+    runner = cpp_runtime.runner_path()
     programs = {",".join(composition.plan.backends): composition}
     notes = []
     if len(composition.plan.backends) > 1:
         for name in composition.plan.backends:
             single = compose_single(name)
             runnable, why = single.runtime_can_run()
-            if runnable:
+            if runnable or runner is not None:
                 programs[f"{name} alone"] = single
             else:
                 notes.append(f"{name} alone: not timed, {why}")
-    loaded, errors, calls = {}, {}, {}
+    loaded, in_runner, errors, calls = {}, {}, {}, {}
     for label, program in programs.items():
         runnable, why = program.runtime_can_run()
-        if not runnable:
+        if runnable:
+            loaded[label] = LoadedProgram(program.buffer)
+            outputs = loaded[label].run(inputs)
+        elif runner is not None:
+            try:
+                in_runner[label] = RunnerProgram(runner, program)
+                outputs = cpp_runtime.run_program(
+                    runner, program.buffer, program.data_files, inputs
+                )
+            except ComposerError as error:
+                in_runner.pop(label, None)
+                notes.append(f"{label}: not timed, {first_line(error)}")
+                continue
+        else:
             notes.append(f"{label}: not timed, {why}")
             continue
-        loaded[label] = LoadedProgram(program.buffer)
-        _ok, errors[label] = compare(loaded[label].run(inputs), expected)
+        _ok, errors[label] = compare(outputs, expected)
         calls[label] = program.plan.delegate_calls
     candidates = {"eager": lambda: eager(*inputs)}
     candidates.update({label: program.timed_call(inputs) for label, program in loaded.items()})
     with torch.no_grad():
         timed = interleaved(candidates, runs)
+    if in_runner:
+        timed.update(runner_interleaved(in_runner, inputs, runs))
+        notes += [f"{label}: timed in the {cpp_runtime.EXECUTOR} ({runner})" for label in in_runner]
     rows = [ProgramLatency("eager", None, timed["eager"])]
-    rows += [ProgramLatency(label, calls[label], timed[label], errors[label]) for label in loaded]
+    rows += [
+        ProgramLatency(label, calls[label], timed[label], errors[label])
+        for label in programs
+        if label in timed
+    ]
     return rows, notes
