@@ -5,8 +5,8 @@ worker's wall time per job less the job's own seconds: process start, imports, h
     .venv/bin/python bench/fleet_bench.py [--models zoo:mlp,zoo:cnn,...] [--workers 1,2]
 
 Each run has its own empty composer cache (COMPOSER_CACHE_DIR), so no run reuses another's
-lowered partitions. (The Ray executor is not measured here: its cluster binds to the machine's
-network address, tests/test_fleet.py says why.)
+lowered partitions. The Ray executor is measured beside these by bench/ray_scale_bench.py, on a
+loopback cluster (composer.fleet.on_ray.loopback_cluster).
 """
 
 from __future__ import annotations
