@@ -230,3 +230,21 @@ def test_a_backends_safer_options_are_tried_before_its_nodes_move(xnnpack_one_pe
     assert any("trying carefulpack with kernels=plain" in line for line in progress)
     assert "tried kernels=plain" in composition.plan.summary_table()
     assert composition.plan.nodes_on("carefulpack") == []
+
+
+class WritesItsDtype(torch.nn.Module):
+    """``.to(torch.float32)`` and an ``arange`` in float32: the exported graph names the dtype
+    (``_to_copy``, ``_assert_tensor_metadata``), as export_llama's decoder does."""
+
+    def forward(self, x):
+        steps = torch.arange(x.shape[-1], dtype=torch.float32)
+        return x.to(torch.float32) / 3 + steps / 7
+
+
+def test_the_truth_of_an_exported_graph_that_names_its_dtype_is_still_float64():
+    x = torch.randn(2, 5)
+    graph = torch.export.export(WritesItsDtype(), (x,)).module()
+    true, name = truth(graph, (x,))
+    assert name == "fp64" and true.dtype == torch.float64
+    expected = x.double() / 3 + torch.arange(5, dtype=torch.float64) / 7
+    assert torch.equal(true, expected)

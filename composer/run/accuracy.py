@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 import torch
+import torch.fx
 import torch.utils._pytree as pytree
 
 # torch._dynamo.utils.same: 2x eager's RMSE for fp32, 3x for the half types, more for small
@@ -213,6 +214,8 @@ def run_in_precision(
     (an op without a float64 kernel, a dtype written into the graph)."""
     try:
         copied = copy.deepcopy(module)
+        if isinstance(copied, torch.fx.GraphModule):
+            _dtypes_written_as(copied, dtype)
         with torch.no_grad():
             for tensor in (*copied.parameters(), *copied.buffers()):
                 if tensor.is_floating_point():
@@ -224,6 +227,38 @@ def run_in_precision(
             return copied(*in_precision(tuple(inputs), dtype))
     except Exception:  # noqa: BLE001 - any failure means the same: no run in that precision
         return None
+
+
+def _dtypes_written_as(module: torch.fx.GraphModule, dtype: torch.dtype) -> None:
+    """Every floating dtype an exported graph names (``.to(torch.float32)`` became
+    ``_to_copy(dtype=torch.float32)`` and ``_assert_tensor_metadata(..., torch.float32)``;
+    ``arange``, ``full`` and ``zeros`` name theirs) made ``dtype``: export_llama's decoder would
+    otherwise not run in float64 at all, and the proof held it to eager itself."""
+
+    if any(node.op == "call_function" and _foreign(node.target) for node in module.graph.nodes):
+        return  # a custom op (export_llama's llama::sdpa) may not check its dtype: left as is
+    cast: list[torch.dtype] = []
+
+    def as_dtype(value: Any) -> Any:
+        if isinstance(value, torch.dtype) and value.is_floating_point and value != dtype:
+            cast.append(value)
+            return dtype
+        return value
+
+    for node in module.graph.nodes:
+        if node.op == "call_function":
+            node.args = torch.fx.node.map_aggregate(node.args, as_dtype)
+            node.kwargs = torch.fx.node.map_aggregate(node.kwargs, as_dtype)
+    if cast:
+        module.recompile()
+
+
+def _foreign(target: Any) -> bool:
+    """Whether ``target`` is an op outside ATen's (and Python's): its float64 kernel, if any,
+    is not known to compute what its float32 one does."""
+    if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return target.namespace not in ("aten", "prims")
+    return isinstance(target, torch._ops.HigherOrderOperator)  # cond, map: graphs of their own
 
 
 def eager_in_precision(
