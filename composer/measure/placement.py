@@ -38,10 +38,11 @@ from composer.measure.choice import Choice, Measurement, choose, choose_confirme
 from composer.measure.etdump import ProgramTrace, trace
 from composer.measure.latency import Latency, interleaved
 from composer.measure.placement_cache import read_cache, write_cache
-from composer.measure.runner_timing import RunnerProgram, runner_interleaved
+from composer.measure.runner_timing import runner_interleaved
 from composer.measure.units import partition_times
 from composer.run import cpu_threads
 from composer.run.aoti_host import program_runner
+from composer.run.cpp_runtime import RunnerProgram
 from composer.scheduler.plans import describe_repair
 
 RUNS = 100
@@ -123,7 +124,7 @@ def measure(
         if digest not in loaded:
             try:
                 if runner is not None:
-                    program = RunnerProgram(runner, composition)
+                    program = RunnerProgram(runner, composition.buffer, composition.data_files)
                 else:
                     program = program_runner(composition, hosted)
                 program.run(inputs)  # checks the inputs once, outside the timing

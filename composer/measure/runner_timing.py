@@ -13,52 +13,14 @@ The runner times its own calls (one process a turn: the program loaded, warmed u
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from composer.contract.errors import ComposerError
-from composer.lower.atomic import ptd_name
 from composer.measure.latency import Latency, agree
-from composer.run import cpp_runtime
+from composer.run.cpp_runtime import RunnerProgram
 
 ROUNDS = 2  # turns of each candidate; the order reverses every other one
 WARMUP = 3
-
-
-class RunnerProgram:
-    """A composition written where the runner can load it (a folder kept while this lives)."""
-
-    def __init__(self, runner: str, composition: Any) -> None:
-        self.runner = runner
-        self._folder = tempfile.TemporaryDirectory(prefix="composer_timed_")
-        self.pte = os.path.join(self._folder.name, "program.pte")
-        with open(self.pte, "wb") as out:
-            out.write(composition.buffer)
-        self.data_files = []
-        for name, data in composition.data_files.items():
-            self.data_files.append(os.path.join(self._folder.name, ptd_name(name)))
-            with open(self.data_files[-1], "wb") as out:
-                out.write(data)
-
-    def times(self, inputs: Sequence[Any], calls: int, warmup: int = WARMUP) -> list[float]:
-        """Seconds of each of ``calls`` calls, after ``warmup``, in a freshly loaded program;
-        ComposerError where the runner fails."""
-        try:
-            report = cpp_runtime.run_pte_detailed(
-                self.runner, self.pte, self.data_files, list(inputs), repeats=calls,
-                warmup=warmup,
-            )  # fmt: skip
-        except cpp_runtime.RunnerError as error:
-            raise ComposerError(
-                f"{cpp_runtime.EXECUTOR} ({self.runner}) failed: {error}"
-            ) from error
-        return list(report["seconds"])
-
-    def run(self, inputs: Sequence[Any]) -> None:
-        """One call: whether it runs here, outside the timing."""
-        self.times(inputs, 1, warmup=0)
 
 
 def runner_interleaved(
@@ -76,7 +38,7 @@ def runner_interleaved(
     per_round = max(1, runs // rounds)
     for index in range(rounds):
         for name in names if index % 2 == 0 else names[::-1]:
-            seconds = programs[name].times(inputs, per_round)
+            seconds = programs[name].report(inputs, per_round, WARMUP)["seconds"]
             times[name] += seconds
             fastest[name].append(min(seconds))
     return {

@@ -12,9 +12,10 @@ import attrs
 
 from composer.contract.errors import ComposerError, first_line
 from composer.measure.latency import Latency, interleaved
-from composer.measure.runner_timing import RunnerProgram, runner_interleaved
+from composer.measure.runner_timing import runner_interleaved
 from composer.run import cpp_runtime
 from composer.run.compare import compare
+from composer.run.cpp_runtime import RunnerProgram
 from composer.run.runtime import LoadedProgram
 
 
@@ -63,10 +64,8 @@ def compare_with_singles(
             outputs = loaded[label].run(inputs)
         elif runner is not None:
             try:
-                in_runner[label] = RunnerProgram(runner, program)
-                outputs = cpp_runtime.run_program(
-                    runner, program.buffer, program.data_files, inputs
-                )
+                in_runner[label] = RunnerProgram(runner, program.buffer, program.data_files)
+                outputs = in_runner[label].run(inputs)
             except ComposerError as error:
                 in_runner.pop(label, None)
                 notes.append(f"{label}: not timed, {first_line(error)}")

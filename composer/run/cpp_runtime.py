@@ -28,7 +28,7 @@ import torch
 
 from composer.contract.errors import ComposerError
 from composer.lower.atomic import ptd_name
-from composer.lower.runtime_kernels import RUNNER_VARIABLE, runner_kernels  # noqa: F401
+from composer.lower.runtime_kernels import RUNNER_VARIABLE
 
 MAGIC = b"ETRUNIO1"
 EXECUTOR = "ExecuTorch C++ runtime"
@@ -49,12 +49,8 @@ CODES = {dtype: code for code, dtype in DTYPES.items()}
 
 
 class RunnerError(RuntimeError):
-    """The runner could not load or run the program; the message has its stderr's end, led by
-    the operators it found no kernel for (``missing_kernels``)."""
-
-    def __init__(self, message: str, missing: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.missing = tuple(missing)
+    """The runner could not load or run the program; the message names the operators it found
+    no kernel for (``missing_kernels``) and the errors it logged, then has its stderr's end."""
 
 
 # ExecuTorch's registry logs "kernel 'aten::foo.out' not found." before the method's
@@ -173,7 +169,7 @@ def run_pte_detailed(
             said = errors_logged(done.stderr)
             if said:
                 why += f"; it logged: {' | '.join(said)}"
-            raise RunnerError(f"{why}; stderr ends: {done.stderr[-3000:]}", missing)
+            raise RunnerError(f"{why}; stderr ends: {done.stderr[-3000:]}")
         report["outputs"] = read_tensors(outputs_path) if inputs is not None else None
         report["step_outputs"] = [read_tensors(out) for _, out in step_paths]
     report["seconds"] = report.pop("times_s")
@@ -210,6 +206,45 @@ def runner_path() -> str | None:
     return path
 
 
+class RunnerProgram:
+    """A program (``buffer`` and its .ptd ``data_files``) written where the runner loads it, a
+    folder kept while this lives: each call of :meth:`report` loads it afresh (state it keeps
+    starts as written); ``threads``: XNNPACK's."""
+
+    def __init__(
+        self,
+        runner: str,
+        buffer: bytes,
+        data_files: Mapping[str, bytes],
+        threads: int | None = None,
+    ) -> None:
+        self.runner, self.threads = runner, threads
+        self._folder = tempfile.TemporaryDirectory(prefix="composer_pte_")
+        self.pte = os.path.join(self._folder.name, "program.pte")
+        with open(self.pte, "wb") as out:
+            out.write(buffer)
+        self.data_files = []
+        for name, data in data_files.items():
+            self.data_files.append(os.path.join(self._folder.name, ptd_name(name)))
+            with open(self.data_files[-1], "wb") as out:
+                out.write(data)
+
+    def report(self, inputs: Sequence[torch.Tensor], repeats: int = 1, warmup: int = 0) -> dict:
+        """:func:`run_pte_detailed` of this program; a ComposerError where the runner fails."""
+        try:
+            return run_pte_detailed(self.runner, self.pte, self.data_files, list(inputs),
+                                    repeats=repeats, warmup=warmup, threads=self.threads)  # fmt: skip
+        except RunnerError as error:
+            raise ComposerError(f"{EXECUTOR} ({self.runner}) failed: {error}") from error
+
+    def run(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+        """The outputs of one call."""
+        return self.report(inputs)["outputs"]
+
+    def close(self) -> None:
+        self._folder.cleanup()
+
+
 def run_program(
     runner: str,
     buffer: bytes,
@@ -219,19 +254,8 @@ def run_program(
 ) -> list[torch.Tensor | None]:
     """The outputs of one call of ``buffer`` (with its .ptd ``data_files``) in the runner, from
     a freshly loaded program (state it keeps starts as written); ``threads``: XNNPACK's."""
-    with tempfile.TemporaryDirectory(prefix="composer_pte_") as directory:
-        pte = os.path.join(directory, "program.pte")
-        with open(pte, "wb") as out:
-            out.write(buffer)
-        paths = []
-        for name, data in data_files.items():
-            paths.append(os.path.join(directory, ptd_name(name)))
-            with open(paths[-1], "wb") as out:
-                out.write(data)
-        try:
-            outputs, _seconds = run_pte(
-                runner, pte, paths, list(inputs), repeats=1, warmup=0, threads=threads
-            )
-        except RunnerError as error:
-            raise ComposerError(f"{EXECUTOR} ({runner}) failed: {error}") from error
-    return outputs
+    program = RunnerProgram(runner, buffer, data_files, threads)
+    try:
+        return program.run(inputs)
+    finally:
+        program.close()
