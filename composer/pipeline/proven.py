@@ -24,7 +24,7 @@ from composer.contract.errors import (
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
 from composer.run.proof import Culprit, ProgramFailed, prove
-from composer.scheduler.assign import node_pin
+from composer.scheduler.assign import node_pin, user_pinned
 from composer.scheduler.origins import origin_backends
 from composer.scheduler.plan_records import Repair
 
@@ -242,7 +242,7 @@ def _said_as_repairs(plan, moved: Sequence[Culprit]):
         out = []
         for backend, answer in answers:
             culprit = by.get((backend, node))
-            if culprit is not None and answer.startswith(f"pinned off {backend} by the user"):
+            if culprit is not None and answer.startswith(user_pinned(backend)):
                 answer = f"moved off {backend} by a repair: {culprit.describe()}"[:300]
             out.append((backend, answer))
         return tuple(out)

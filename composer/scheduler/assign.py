@@ -29,6 +29,12 @@ def node_pin(node: str) -> str:
     return NODE_PIN + node
 
 
+def user_pinned(backend: str) -> str:
+    """Why a node pinned off ``backend`` (``Stack.never``) was not offered to it; repairs pin
+    with the same pins, and say so instead (pipeline.proven)."""
+    return f"pinned off {backend} by the user"
+
+
 @attrs.frozen
 class Assignment:
     """Per backend, the ops it must leave alone, with the reason the plan gives."""
@@ -59,9 +65,9 @@ def assign(
         pinned = frozenset(never.get(backend, ()))
         for node, op in ops.items():
             if op in pinned:
-                withheld[backend][node] = f"pinned off {backend} by the user"
+                withheld[backend][node] = user_pinned(backend)
             elif node_pin(node) in pinned:
-                withheld[backend][node] = f"pinned off {backend} by the user (node pin)"
+                withheld[backend][node] = f"{user_pinned(backend)} (node pin)"
     if supported is not None:
         offered = {
             backend: supported.get(backend, set()) - withheld[backend].keys() for backend in order

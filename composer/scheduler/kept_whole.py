@@ -51,7 +51,9 @@ def aten_op(target: object) -> object:
 
 def kernel_name(target: object) -> str | None:
     """The name a runtime registers ``target``'s kernel under (``"aten::linear.out"``), else
-    ``None`` (no out variant)."""
+    ``None``: no out variant, for which ``to_executorch`` fails with "Missing out variants"
+    (aten.max_pool2d, which XNNPACK keeps whole, has none; its decomposition
+    max_pool2d_with_indices has)."""
     try:
         out = (
             target.to_out_variant()
@@ -61,20 +63,6 @@ def kernel_name(target: object) -> str | None:
     except RuntimeError:
         return None
     return f"{out._schema.name}.{out._overloadname}"
-
-
-def has_out_variant(target: object) -> bool:
-    """Whether ``to_executorch`` can give ``target`` (an edge op) a kernel: it looks for the
-    op's out variant, and without one fails with "Missing out variants" (aten.max_pool2d,
-    which XNNPACK keeps whole, has none; its decomposition max_pool2d_with_indices has)."""
-    try:
-        if hasattr(target, "to_out_variant"):
-            target.to_out_variant()
-        else:
-            to_out_variant(target)
-    except RuntimeError:
-        return False
-    return True
 
 
 def _runs(target: object, kernels: Collection[str] | None) -> bool:
