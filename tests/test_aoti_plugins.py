@@ -162,8 +162,9 @@ def test_matmuls_go_to_cuda_only_when_max_autotune_lets_inductor_use_triton(
         assert on_portable == set()
     else:
         assert on_cuda == set()
-        assert on_portable == {"aten.addmm.default", "aten.bmm.default"}
-        reasons = {dict(f.reasons)["cuda"] for f in plan.fallbacks}
+        # The split of q, k and v would leave a CUDA delegate as a view past its start.
+        assert on_portable == {"aten.addmm.default", "aten.bmm.default", "aten.split_copy.Tensor"}
+        reasons = {dict(f.reasons)["cuda"] for f in plan.fallbacks if "split" not in f.node}
         assert all("with max_autotune OFF" in reason for reason in reasons)
         assert "aten.bmm.out" in " ".join(reasons)
     # The rest of the block still goes to the GPU either way.
@@ -193,6 +194,27 @@ def test_transposed_convolutions_go_to_the_next_backend():
     alone = composer.plan(model, ["cuda"], inputs, cache=False)
     reasons = [dict(f.reasons)["cuda"] for f in alone.fallbacks]
     assert reasons == ["AOTInductor has no Triton template for a transposed convolution"] * 2
+
+
+def test_a_view_past_its_tensors_start_never_leaves_a_cuda_delegate():
+    """ExecuTorch's CUDA runtime copies out only delegate outputs at storage offset 0: the
+    zoo's gru with xnnpack,cuda was refused on the H100 ("SlimTensor storage_offset must be 0,
+    got 80"), its CUDA delegates being the GRU's gate splits. The splits now run on the host."""
+    model, inputs = zoo.load("gru")
+    plan = composer.plan(model, ["xnnpack", "cuda"], inputs, cache=False)
+    cuda_nodes = {name for p in plan.partitions if p.backend == "cuda" for name in p.nodes}
+    assert not [name for name in cuda_nodes if "split" in name or "select" in name]
+    portable = plan.ops_on("portable")
+    assert portable == {"aten.split_with_sizes_copy.default": 12, "aten.select_copy.int": 1}
+    reasons = {dict(f.reasons)["cuda"] for f in plan.fallbacks}
+    why = (
+        "left out of its partition: its output would leave the delegate as a view that starts "
+        "past its tensor's first element (a split's second piece, a select or slice not from "
+        "0...): ExecuTorch's CUDA runtime copies out only outputs at storage offset 0"
+    )
+    assert reasons == {why}
+    # A view of a whole tensor (the squeezes) stays: it starts where its tensor does.
+    assert plan.ops_on("cuda")["aten.squeeze_copy.dims"] == 7
 
 
 def test_planning_with_cuda_says_nothing_of_ops_executorch_would_not_keep_whole(caplog):

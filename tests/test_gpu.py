@@ -151,3 +151,21 @@ def test_an_op_kept_whole_for_cuda_and_left_is_decomposed_for_a_runner_without_i
     assert "aten.linear.default" not in portable
     assert composition.plan.nodes_on("cuda")
     assert f"({cpp_runtime.EXECUTOR}): rmse" in composition.plan.proof
+
+
+@pytest.mark.skipif(
+    not ET_RUNNER,
+    reason="needs ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), named by "
+    "$COMPOSER_ET_RUNNER",
+)
+def test_a_gru_with_xnnpack_and_cuda_runs_in_executorchs_runtime(monkeypatch):
+    # Its CUDA delegates were the GRU's gate splits, views at a storage offset that the CUDA
+    # runtime refused to copy out ("SlimTensor storage_offset must be 0, got 80"): refused.
+    from composer.run import cpp_runtime
+
+    monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, ET_RUNNER)
+    model, inputs = zoo.load("gru")
+    composition = composer.compose(model, ["xnnpack", "cuda"], inputs, cache=False)
+    assert not composition.plan.repairs
+    assert f"({cpp_runtime.EXECUTOR}): rmse" in composition.plan.proof
+    assert composition.verify().ok

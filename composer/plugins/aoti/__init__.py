@@ -203,6 +203,9 @@ class AotiPlugin:
     spec: BackendSpec
     inductor_device: str
     options: tuple[Option, ...] = ()
+    # The support object's class: a backend whose runtime refuses some delegate outputs
+    # answers reason_unsupported_at_boundary in a subclass.
+    support_class: type[AotiOperatorSupport] = AotiOperatorSupport
 
     # --- what differs per backend ---------------------------------------------------
 
@@ -254,7 +257,7 @@ class AotiPlugin:
 
     @hookimpl
     def composer_operator_support(self, backend, program, options):
-        return AotiOperatorSupport(self, self.checked_options(options))
+        return self.support_class(self, self.checked_options(options))
 
     @hookimpl
     def composer_ops_to_not_decompose(self, backend, program, options):

@@ -10,14 +10,68 @@ Inductor then calls ATen kernels for them that ExecuTorch's CUDA runtime lacks),
 from __future__ import annotations
 
 import importlib.util
+import operator
+from collections.abc import Container
 
 import torch
+import torch.fx
 
 from composer.contract.backend_spec import BackendSpec
+from composer.contract.op_names import overload_of
 from composer.contract.options import Option
-from composer.plugins.aoti import AotiPlugin
+from composer.plugins.aoti import AotiOperatorSupport, AotiPlugin
 
 ON_OFF = ("ON", "OFF")
+
+
+# Views that may start past their base's first element, and the argument that says where
+# they start (edge's *_copy ops; a split or unbind starts there from its second piece on).
+_START_ARGUMENT = {"select_copy": (2, "index"), "slice_copy": (2, "start"),
+                   "narrow_copy": (2, "start"), "as_strided_copy": (3, "storage_offset"),
+                   "diagonal_copy": (1, "offset")}  # fmt: skip
+_PIECES = frozenset({"split_with_sizes_copy", "split_copy", "unbind_copy"})
+
+
+class CudaOperatorSupport(AotiOperatorSupport):
+    """AOTInductor's support, and the outputs ExecuTorch's CUDA runtime cannot hand back."""
+
+    def reason_unsupported_at_boundary(
+        self, node: torch.fx.Node, partition: Container[torch.fx.Node]
+    ) -> str | None:
+        # AOTInductor returns a view as a view: a split's second half comes back at a
+        # storage offset, and the runtime's copy of a delegate output refuses that ("SlimTensor
+        # storage_offset must be 0", zoo gru with xnnpack,cuda on the H100). Left out, the
+        # view runs on the host, where it is a copy.
+        if node in partition and _view_past_start(node, partition):
+            return (
+                "a view that starts past its tensor's first element (a split's second piece, "
+                "a select or slice not from 0...): ExecuTorch's CUDA runtime copies out only "
+                "outputs at storage offset 0"
+            )
+        return None
+
+
+def _view_past_start(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> bool:
+    """Whether ``node`` is, through views in ``partition``, a view that does not start at its
+    base's first element: a split's second piece, a select or slice not from index 0..."""
+    piece = 0
+    while node in partition and node.op == "call_function":
+        if node.target is operator.getitem:
+            node, piece = node.args[0], node.args[1]
+            continue
+        op = overload_of(node.target)
+        if op is None or torch.Tag.view_copy not in op.tags:
+            return False
+        name = op.overloadpacket.__name__
+        if name in _PIECES and piece != 0:
+            return True
+        if name in _START_ARGUMENT:
+            position, keyword = _START_ARGUMENT[name]
+            start = node.args[position] if len(node.args) > position else node.kwargs.get(keyword)
+            if not (start is None or start == 0):  # None: the default, 0; a SymInt: maybe not
+                return True
+        node, piece = node.args[0], 0
+    return False
 
 
 class CudaPlugin(AotiPlugin):
@@ -36,6 +90,7 @@ class CudaPlugin(AotiPlugin):
         safer_options={"triton_kernel_mode": "OFF"},
     )
     inductor_device = "cuda"
+    support_class = CudaOperatorSupport
     options = (
         Option("triton_kernel_mode", ON_OFF, help="ExecuTorch's Triton kernels (bf16 SDPA...)"),
         Option("max_autotune", ON_OFF, help="Inductor max-autotune"),
