@@ -35,11 +35,11 @@ A task is ``compose:VARIANT:STACK``, ``plain:VARIANT[:RECIPE]`` (``plain``: the 
 
 The device command (bench/gpu_llama_carry/, ignored, holds ``git archive`` of the composer commit
 measured and its name; bench/et_runtime/carry/runner.tar.xz the runner an earlier call built;
-carry those two, ``bench/et_runtime/src`` and ``.whl``):
+carry those two, ``bench/et_runtime/src``, ``.whl`` and ``.whl-llama``):
 
     C=bench/gpu_llama_carry; mkdir -p /tmp/head && tar -xf $C/head.tar -C /tmp/head
     [ -f bench/et_runtime/carry/runner.tar.xz ] && tar -xJf bench/et_runtime/carry/runner.tar.xz -C /
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl .whl-llama/*.whl
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target /tmp/site /tmp/head
     PYTHONPATH=/tmp/site python3 bench/gpu_llama.py device --measure --limit 555 --tree /tmp/head \
         --commit $(cat $C/COMMIT) --early "..." --late "..."

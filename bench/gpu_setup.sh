@@ -15,6 +15,20 @@ if [ ! -d /tmp/site/executorch ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || return 1
 fi
+# Optional sets, carried only by the runs that need them (the carry limit is 64 MiB):
+# .whl-llama/ holds export_llama's tokenizer wheels (pytorch_tokenizers, tokenizers,
+# sentencepiece, tiktoken, regex); .whl-ray/ Ray 2.60's cp312 wheel unpacked without its
+# jars, rllib, tune, train, serve, llm and data (79 MB as a wheel, 30 MB as that .tar.xz) and
+# its dependencies' wheels (`pip download ray==2.60.0 --python-version 3.12 --only-binary=:all:`).
+if [ -d .whl-llama ] && [ ! -d /tmp/site/tokenizers ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --target /tmp/site .whl-llama/*.whl || return 1
+fi
+if [ -d .whl-ray ] && [ ! -d /tmp/site/ray ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --target /tmp/site .whl-ray/*.whl || return 1
+  tar -xJf .whl-ray/ray-*.tar.xz -C /tmp/site || return 1
+fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade \
   --target /tmp/site . 2>&1 | grep -v "already exists" || true
 export PYTHONPATH=/tmp/site

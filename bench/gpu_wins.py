@@ -15,6 +15,11 @@ Programs with Vulkan delegates are proven and timed in ``$COMPOSER_VULKAN_RUNNER
 built with ``ET_VULKAN=ON``, NVIDIA's Vulkan through its EGL ICD: ``source
 bench/et_runtime/vulkan/setup.sh``), the others in ``$COMPOSER_ET_RUNNER``'s.
 
+A stack ``plain:BACKENDS`` is plain ExecuTorch beside composer: ``to_edge_transform_and_lower``
+with those backends' own partitioners in that order (``plain:vulkan,xnnpack``:
+``[VulkanPartitioner(), XnnpackPartitioner()]``, as ExecuTorch's LLM export stacks ``-V -X``),
+written as is (no proof); its first run in the runner is compared with eager and recorded.
+
 Models: zoo names (``composer.zoo``) and bench/gpu_mix.py's models built to mix (``cell``,
 ``rnn64``, ``segmenter``, ``hybrid``), as bench/gpu_placement.py loads them. Results: one JSON
 object a line in ``OUT/wins.jsonl``; the table on stdout.
@@ -84,6 +89,9 @@ def cmd_compose(args) -> None:
     for model_name in args.models.split(","):
         model, inputs = load(model_name)
         for stack in args.stacks.split(";"):
+            if stack.startswith("plain:"):
+                _compose_plain(out, model_name, model, inputs, stack)
+                continue
             measured = stack.startswith("measured:")
             backends = stack.removeprefix("measured:")
             start = time.perf_counter()
@@ -111,6 +119,58 @@ def cmd_compose(args) -> None:
                            "s": round(time.perf_counter() - start, 1),
                            "error": f"{type(error).__name__}: {error}"[:1500],
                            "where": traceback.format_exc()[-600:]})  # fmt: skip
+
+
+def _plain_partitioner(backend: str):
+    if backend == "vulkan":
+        from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+
+        return VulkanPartitioner()
+    if backend == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        return XnnpackPartitioner()
+    raise SystemExit(f"plain: no partitioner for {backend!r} here (vulkan, xnnpack)")
+
+
+def _compose_plain(out: Path, model_name: str, model, inputs, stack: str) -> None:
+    """Plain ExecuTorch's program for ``stack``, written and run once in the runner."""
+    import torch
+    from executorch.exir import to_edge_transform_and_lower
+
+    from composer.run import cpp_runtime
+
+    backends = stack.removeprefix("plain:").split(",")
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(model, inputs)
+            lowered = to_edge_transform_and_lower(
+                program, partitioner=[_plain_partitioner(b) for b in backends]
+            ).to_executorch()
+        seconds = time.perf_counter() - start
+        folder = folder_of(out, model_name, stack)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "program.pte").write_bytes(lowered.buffer)
+        record = {"kind": "compose", "model": model_name, "stack": stack, "ok": True,
+                  "s": round(seconds, 1)}  # fmt: skip
+        try:
+            report = cpp_runtime.run_pte_detailed(
+                runner_for(stack), folder / "program.pte", [], list(inputs), repeats=1, warmup=0
+            )
+            with torch.no_grad():
+                expected = model(*inputs)
+            got = report["outputs"][0]
+            record["max_abs_vs_eager"] = float((got - expected).abs().max())
+        except Exception as error:  # noqa: BLE001 - plain's program may not load: recorded
+            record["runs"] = False
+            record["run_error"] = f"{type(error).__name__}: {error}"[:800]
+        emit(out, record)
+    except Exception as error:  # noqa: BLE001 - recorded, the sweep goes on
+        emit(out, {"kind": "compose", "model": model_name, "stack": stack, "ok": False,
+                   "s": round(time.perf_counter() - start, 1),
+                   "error": f"{type(error).__name__}: {error}"[:1500]})  # fmt: skip
 
 
 def _delegates(composition):
@@ -166,8 +226,9 @@ def cmd_time(args) -> None:
                    if best_single and measured else None})  # fmt: skip
         rows.append((model_name, row, best_single, measured))
     print("| model | eager GPU us | xnnpack us | cuda us (A/A) | xnnpack,cuda us | cuda,xnnpack us "
-          "| measured us | measured vs best single | vulkan us | vulkan,xnnpack us |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| measured us | measured vs best single | vulkan us | vulkan,xnnpack us "
+          "| plain vulkan,xnnpack us |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for model_name, row, best, measured in rows:
 
         def cell(key, row=row):
@@ -177,7 +238,8 @@ def cmd_time(args) -> None:
         ratio = f"{best / measured:.2f}x" if best and measured else "-"
         print(f"| {model_name} | {cell('eager_gpu')} | {cell('xnnpack')} | {cell('cuda')}{aa} | "
               f"{cell('xnnpack_cuda')} | {cell('cuda_xnnpack')} | {cell('measured_xnnpack_cuda')} "
-              f"| {ratio} | {cell('vulkan')} | {cell('vulkan_xnnpack')} |")  # fmt: skip
+              f"| {ratio} | {cell('vulkan')} | {cell('vulkan_xnnpack')} "
+              f"| {cell('plain_vulkan_xnnpack')} |")  # fmt: skip
 
 
 def _eager_us(model, inputs, repeats: int) -> float:
