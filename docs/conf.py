@@ -27,8 +27,9 @@ root_doc = "index"
 
 # Links to headings (`page.md#a-heading`), as GitHub makes them, work on the site too.
 myst_heading_anchors = 3
-myst_enable_extensions = ["colon_fence"]
 
+# Autodoc directives go in ```{eval-rst} blocks: in a MyST directive the docstrings, which are
+# reST, would be read as Markdown, with no warning.
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_default_options = {"undoc-members": False}
