@@ -23,7 +23,7 @@ def test_op_name_is_the_name_plans_use_not_str_of_the_target():
         n for n in to_edge(program).exported_program().graph.nodes if n.op == "call_function"
     ]
     assert composer.op_name(node) == "aten.relu.default"
-    assert str(node.target) != "aten.relu.default"  # the trap the README warns about
+    assert str(node.target) != "aten.relu.default"  # the trap docs/plugins.md warns about
 
 
 def test_the_sample_plugin_passes_before_and_after_xnnpack(monkeypatch):

@@ -281,7 +281,7 @@ def test_cli_lists_third_party_and_broken_plugins(installed_plugins):
 
 @pytest.fixture
 def sample_plugin(monkeypatch) -> Registry:
-    """The README's kind of third-party plugin (tests/sample_plugin), registered in process."""
+    """A third-party plugin as the plugin guide makes one (tests/sample_plugin), in process."""
     registry = Registry.from_entry_points()
     monkeypatch.syspath_prepend(str(HERE / "sample_plugin"))
     import composer_sample_backend

@@ -1,6 +1,7 @@
-"""The README's Python examples run as written (issue 33): each block is executed, in a folder
-of its own; the plugin guide's blocks become a real plugin module that ``check_plugin`` checks.
-The two that name a user's own model (``my_models``, a measured plan) are compiled only."""
+"""The Python examples of the README and of the docs (docs/*.md) run as written (issue 33): each
+block is executed, in a folder of its own; the plugin guide's blocks become a real plugin module
+that ``check_plugin`` checks. The two that name a user's own model (``my_models``, a measured
+plan) are compiled only."""
 
 from __future__ import annotations
 
@@ -11,8 +12,17 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).parents[1] / "README.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.DOTALL | re.MULTILINE)
+ROOT = Path(__file__).parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Each block, with the page it is on (the file its tracebacks name).
+PAGE_OF = {
+    block: page
+    for page in PAGES
+    for block in re.findall(
+        r"^```python\n(.*?)^```", page.read_text(), flags=re.DOTALL | re.MULTILINE
+    )
+}
+BLOCKS = list(PAGE_OF)
 PLUGIN, OPTIONS, PLUGIN_TEST = (
     next(b for b in BLOCKS if b.startswith("# composer_mybackend/plugin.py")),
     next(b for b in BLOCKS if "def composer_options" in b),
@@ -23,12 +33,16 @@ RUNNABLE = [b for b in BLOCKS if b not in (PLUGIN, OPTIONS, PLUGIN_TEST, *USERS_
 
 
 def _name(block: str) -> str:
-    return next(line for line in block.splitlines() if line and not line.startswith("import"))[:40]
+    line = next(line for line in block.splitlines() if line and not line.startswith("import"))
+    return f"{PAGE_OF[block].stem}: {line[:40]}"
 
 
 def test_the_readme_has_the_blocks_this_test_knows():
     assert len(BLOCKS) == len(RUNNABLE) + 3 + len(USERS_OWN)
     assert len(RUNNABLE) >= 5 and len(USERS_OWN) == 2
+    # A block on two pages would run once here: each example lives on one page.
+    found = [re.findall(r"^```python\n", page.read_text(), flags=re.MULTILINE) for page in PAGES]
+    assert sum(len(blocks) for blocks in found) == len(BLOCKS)
 
 
 # CI time: export_llama's block (2 minutes on 2 cores) is test_llm.py's flow, run there.
@@ -39,7 +53,7 @@ def test_the_readme_has_the_blocks_this_test_knows():
 )
 def test_a_readme_example_runs(block, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, str(README), "exec"), {"__name__": "readme_example"})  # noqa: S102
+    exec(compile(block, str(PAGE_OF[block]), "exec"), {"__name__": "readme_example"})  # noqa: S102
     printed = capsys.readouterr().out
     if "proof" in block:
         assert "ran and matched eager" in printed
@@ -55,7 +69,7 @@ def test_the_plugin_guide_makes_a_plugin_check_plugin_accepts(tmp_path, monkeypa
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         namespace: dict = {"__name__": "readme_plugin_test"}
-        exec(compile(PLUGIN_TEST, str(README), "exec"), namespace)  # noqa: S102
+        exec(compile(PLUGIN_TEST, str(PAGE_OF[PLUGIN_TEST]), "exec"), namespace)  # noqa: S102
         namespace["test_mybackend_keeps_composer_s_contract"]()
     finally:
         for name in [m for m in sys.modules if m.startswith("composer_mybackend")]:
@@ -65,4 +79,4 @@ def test_the_plugin_guide_makes_a_plugin_check_plugin_accepts(tmp_path, monkeypa
 
 @pytest.mark.parametrize("block", USERS_OWN, ids=[_name(b) for b in USERS_OWN])
 def test_an_example_about_your_own_model_is_valid_python(block):
-    compile(block, str(README), "exec")
+    compile(block, str(PAGE_OF[block]), "exec")
