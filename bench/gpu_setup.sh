@@ -18,7 +18,8 @@ fi
 # Optional sets, carried only by the runs that need them (the carry limit is 64 MiB):
 # .whl-llama/ holds export_llama's tokenizer wheels (pytorch_tokenizers, tokenizers,
 # sentencepiece, tiktoken, regex); .whl-ray/ Ray 2.60's cp312 wheel unpacked without its
-# jars, rllib, tune, train, serve, llm and data (79 MB as a wheel, 30 MB as that .tar.xz) and
+# jars, rllib, tune, train, serve, llm, data and dashboard/client, its binaries stripped
+# (79 MB as a wheel, 25 MB as that .tar.xz) and
 # its dependencies' wheels (`pip download ray==2.60.0 --python-version 3.12 --only-binary=:all:`).
 if [ -d .whl-llama ] && [ ! -d /tmp/site/tokenizers ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
