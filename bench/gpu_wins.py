@@ -194,8 +194,9 @@ def cmd_time(args) -> None:
             pte = stack_dir / "program.pte"
             if pte.exists():
                 programs[stack_dir.name] = (pte, sorted(stack_dir.glob("*.ptd")))
-        if "cuda" in programs:
-            programs["cuda#AA"] = programs["cuda"]
+        for control in ("cuda", "vulkan_xnnpack"):  # A/A: one program timed as two
+            if control in programs:
+                programs[f"{control}#AA"] = programs[control]
         gpu_model = model.to("cuda")
         gpu_inputs = tuple(i.to("cuda") if isinstance(i, torch.Tensor) else i for i in inputs)
         medians: dict[str, list[float]] = {name: [] for name in [*programs, "eager_gpu"]}
@@ -221,6 +222,9 @@ def cmd_time(args) -> None:
         measured = row.get("measured_xnnpack_cuda")
         emit(out, {"kind": "row", "model": model_name, "median_us": row,
                    "aa_ratio": round(row["cuda#AA"] / row["cuda"], 3) if "cuda#AA" in row else None,
+                   "aa_ratio_vulkan_xnnpack": round(
+                       row["vulkan_xnnpack#AA"] / row["vulkan_xnnpack"], 3
+                   ) if "vulkan_xnnpack#AA" in row else None,
                    "best_single_us": best_single,
                    "measured_vs_best_single": round(best_single / measured, 3)
                    if best_single and measured else None})  # fmt: skip
