@@ -69,7 +69,7 @@ class Registry:
 
     def __init__(self, plugins: Iterable[tuple[Any, PluginInfo]] = ()) -> None:
         self.plugin_manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-        self.plugin_manager.add_hookspecs(hookspecs)
+        self.plugin_manager.add_hookspecs(hookspecs.BackendPlugin)
         self._failed: list[FailedPlugin] = []
         self._backends: dict[str, Backend] = {}
         self._unloaded: list[importlib.metadata.EntryPoint] = []

@@ -24,7 +24,7 @@ def declared_options(backend: Backend) -> tuple[Option, ...]:
     # the ``backend`` argument; a manager of its own because callers hold the backend, not
     # the registry that loaded it.
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-    manager.add_hookspecs(hookspecs)
+    manager.add_hookspecs(hookspecs.BackendPlugin)
     manager.register(backend.plugin, name=backend.origin.name)
     where = f"plugin {backend.origin.name!r} ({backend.origin.distribution})"
     try:
