@@ -34,7 +34,7 @@ class ReluAndCumsum(OperatorSupportBase):
         return any(name in str(node.target) for name in ("relu", "cumsum"))
 
 
-class SampleAsClass(BackendPlugin):
+class SampleAsClass(composer.BackendPlugin):
     """tests/sample_plugin's backend, written as a BackendPlugin: no @hookimpl on the override."""
 
     spec = composer.BackendSpec("sample", "ClassPluginBackend", description="relu and cumsum")
