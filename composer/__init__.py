@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         PartitionError,
         PluginError,
     )
+    from composer.contract.hookspecs import BackendPlugin
     from composer.contract.op_names import op_name
     from composer.contract.options import Option
     from composer.contract.support import ExplainedSupport
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 _MODULE_OF = {
     "BackendListError": "composer.contract.errors",
+    "BackendPlugin": "composer.contract.hookspecs",
     "BackendSpec": "composer.contract.backend_spec",
     "ComposerError": "composer.contract.errors",
     "ComposerWarning": "composer.contract.errors",
@@ -74,6 +76,7 @@ _MODULE_OF = {
 
 __all__ = [
     "BackendListError",
+    "BackendPlugin",
     "BackendSpec",
     "ComposerError",
     "ComposerWarning",

@@ -30,7 +30,6 @@ def _stack(args: argparse.Namespace):
 
 def _backends(args: argparse.Namespace) -> int:
     from composer.registry.discovery import default_registry
-    from composer.registry.options import declared_options
 
     registry = default_registry()
     rows = [("name", "backend id", "device", "lowers here", "from")]
@@ -51,7 +50,7 @@ def _backends(args: argparse.Namespace) -> int:
     takes_none = []
     for name, backend in sorted(registry.backends.items()):
         try:
-            declared = declared_options(backend)
+            declared = registry.options(backend)
         except ComposerError as error:  # one plugin's broken hook must not hide the others
             options.append((name, "?", str(error)))
             continue

@@ -112,7 +112,9 @@ def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str,
     resolved = registry.resolve(stack.backends)
     program = export_model(model, example_inputs)
     stand_ins = {b.name for b in resolved}
-    edge, _plan = lower_stack(program, resolved, registry, stand_ins, stack.with_defaults(resolved))
+    edge, _plan = lower_stack(
+        program, resolved, registry, stand_ins, stack.with_defaults(resolved, registry)
+    )
     return edge
 
 
@@ -229,7 +231,7 @@ def check_plugin(
 
     registry = Registry.from_entry_points()
     name = name or getattr(plugin, "__name__", type(plugin).__name__)
-    if not registry.plugin_manager.is_registered(plugin):
+    if not registry.has_plugin(plugin):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ComposerWarning)
             registry.add_plugin(plugin, PluginInfo(name, "the plugin under test", "0"))

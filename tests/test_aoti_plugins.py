@@ -240,7 +240,7 @@ def test_ops_of_sizes_are_not_kept_whole(plugin):
     assert any(n.target == torch.ops.aten.sym_size.int for n in program.graph.nodes)
     registry = default_registry()
     backend = registry.backends[plugin]
-    kept = registry.call("composer_ops_to_not_decompose", backend, program=program, options={})
+    kept = registry.ops_to_not_decompose(backend, program, {})
     assert torch.ops.aten.linear.default in kept
     assert torch.ops.aten.sym_size.int not in kept
 

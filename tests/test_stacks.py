@@ -180,7 +180,9 @@ def lowered_plan(model_name, stack: Stack):
     program = torch.export.export(model, inputs, strict=False)
     backends = registry.resolve(stack.backends)
     stand_ins = set(stack.backends)
-    return lower_stack(program, backends, registry, stand_ins, stack.with_defaults(backends))[1]
+    return lower_stack(
+        program, backends, registry, stand_ins, stack.with_defaults(backends, registry)
+    )[1]
 
 
 def test_plan_edges_include_those_inside_a_delegate():

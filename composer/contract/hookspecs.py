@@ -1,11 +1,19 @@
-"""The composer plugin contract.
+"""The composer plugin contract: :class:`BackendPlugin` declares every hook, with its default.
 
-A backend plugin is a module (or object) with functions marked ``@hookimpl`` whose names
-match the specs below, registered through the ``composer`` entry-point group::
+A backend plugin is registered through the ``composer`` entry-point group::
 
     # pyproject.toml of your package
     [project.entry-points.composer]
-    mybackend = "composer_mybackend.plugin"
+    mybackend = "composer_mybackend.plugin"            # a module of @hookimpl functions
+    mybackend = "composer_mybackend.plugin:plugin"     # or an instance of a BackendPlugin
+
+It is written in either of two ways, which composer treats alike:
+
+- a class deriving from :class:`BackendPlugin` (composer's own plugins are): override the hooks
+  you answer, with the same names and arguments; no marker is needed on them, and every hook
+  you leave alone gives the default its docstring states;
+- a module (or any object) with functions marked ``@hookimpl`` (``from composer.hookspecs
+  import hookimpl``) whose names are the hooks' names; a hook left out is the default.
 
 composer asks a backend's hooks only of the plugin that declared that backend in
 ``composer_backends``, so a plugin that declares one backend need not check which backend
@@ -13,11 +21,14 @@ it is asked about. A plugin that declares several reads ``backend.name``. A hook
 implementation may leave out arguments it does not use (pluggy passes only those it names).
 
 Every hook but ``composer_backends`` is optional; a hook that is not implemented (or returns
-``None``) falls back to the default documented on it.
+``None``) falls back to the default documented on it. composer checks every answer (its type,
+and what the hook's docstring says it must hold) and stops with a ``composer.PluginError``
+naming the plugin when one breaks the contract.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -41,157 +52,206 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
-@hookspec
-def composer_backends() -> list[BackendSpec]:
-    """Return the backends this plugin provides.
+class BackendPlugin:
+    """A composer backend plugin as a class: the hooks, each with its default and what it answers.
 
-    Each is a :class:`composer.BackendSpec`: the name users put in a priority list
-    (``"mybackend"``), the ExecuTorch backend id (the class name of your
-    ``BackendDetails`` subclass, which must be imported by the time lowering runs, so
-    import it in your plugin module), the device the delegate runs on (``"cpu"``,
-    ``"cuda"`` or ``"mps"``; crossings between devices are counted in the plan), the
-    smallest partition worth delegating, and a one-line description.
+    Derive from it, set ``spec`` (the one backend the plugin provides) and ``options`` (the
+    ``composer.Option``s it takes), override the hooks your backend answers, and register an
+    instance under the ``composer`` entry-point group. An override needs no ``@hookimpl``: a
+    subclass's method named after a hook is one. A plugin of several backends overrides
+    ``composer_backends`` and reads ``backend.name`` in the other hooks.
 
-    Two plugins declaring one name: the first in load order (composer's own plugins, then
-    the others sorted by distribution and entry-point name) keeps it, and a warning names
-    both.
+    The methods below are also the hook specifications (``PluginManager.add_hookspecs``): a
+    module of ``@hookimpl`` functions implements the same names with the same arguments, less
+    ``self``.
     """
 
+    spec: BackendSpec
+    options: tuple[Option, ...] = ()
 
-# composer calls each hook below on the one plugin that declared the backend
-# (``Registry.call``); firstresult makes the call return that plugin's answer itself rather
-# than a list of one.
-@hookspec(firstresult=True)
-def composer_options(backend: BackendSpec) -> list[Option] | None:
-    """Declare the options ``backend`` takes, as a list of :class:`composer.Option`.
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, value in vars(cls).items():
+            if name in HOOKS and inspect.isfunction(value) and not hasattr(value, _IMPL):
+                hookimpl(value)
 
-    Users set them as ``options={"mybackend": {"precision": "fp16"}}`` in Python, as
-    ``--option mybackend.precision=fp16`` on the command line, or under
-    ``[tool.composer.options.mybackend]`` in the config. composer checks them once, before
-    any work: a name you did not declare, or a value outside an option's ``choices``, is a
-    ``composer.ComposerError`` (exit 2) that lists your options or the allowed values. A
-    value matching a choice in another case is passed on as the choice is spelt here
-    (``off`` -> ``OFF``). Your other hooks then get ``options``: every value the user gave,
-    as a string, plus the ``default`` of each option left unset (options with no default
-    are then absent)::
+    @hookspec
+    @hookimpl
+    def composer_backends(self) -> list[BackendSpec]:
+        """Return the backends this plugin provides.
 
-        @hookimpl
-        def composer_options(backend):
-            return [
-                composer.Option("precision", choices=("fp32", "fp16"), default="fp32",
-                                help="the precision the delegate computes in"),
-                composer.Option("device_id", help="which device, when there are several"),
-            ]
+        Each is a :class:`composer.BackendSpec`: the name users put in a priority list
+        (``"mybackend"``), the ExecuTorch backend id (the class name of your
+        ``BackendDetails`` subclass, which must be imported by the time lowering runs, so
+        import it in your plugin module), the device the delegate runs on (``"cpu"``,
+        ``"cuda"`` or ``"mps"``; crossings between devices are counted in the plan), the
+        smallest partition worth delegating, and a one-line description.
 
-    Not implemented, or ``None``: the backend takes no options, and any option given for it
-    is an error. ``composer backends`` lists each backend's options with their help.
-    """
+        Two plugins declaring one name: the first in load order (composer's own plugins, then
+        the others sorted by distribution and entry-point name) keeps it, and a warning names
+        both.
+
+        Default (a :class:`BackendPlugin`): ``[self.spec]``. A module of hook functions must
+        implement it.
+        """
+        spec = getattr(self, "spec", None)
+        if spec is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} sets no spec: set it to the BackendSpec of the plugin's "
+                "backend, or override composer_backends"
+            )
+        return [spec]
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_options(self, backend: BackendSpec) -> list[Option] | None:
+        """Declare the options ``backend`` takes, as a list of :class:`composer.Option`.
+
+        Users set them as ``options={"mybackend": {"precision": "fp16"}}`` in Python, as
+        ``--option mybackend.precision=fp16`` on the command line, or under
+        ``[tool.composer.options.mybackend]`` in the config. composer checks them once, before
+        any work: a name you did not declare, or a value outside an option's ``choices``, is a
+        ``composer.ComposerError`` (exit 2) that lists your options or the allowed values. A
+        value matching a choice in another case is passed on as the choice is spelt here
+        (``off`` -> ``OFF``). Your other hooks then get ``options``: every value the user gave,
+        as a string, plus the ``default`` of each option left unset (options with no default
+        are then absent)::
+
+            @hookimpl
+            def composer_options(backend):
+                return [
+                    composer.Option("precision", choices=("fp32", "fp16"), default="fp32",
+                                    help="the precision the delegate computes in"),
+                    composer.Option("device_id", help="which device, when there are several"),
+                ]
+
+        Not implemented, or ``None``: the backend takes no options, and any option given for it
+        is an error. ``composer backends`` lists each backend's options with their help.
+
+        Default (a :class:`BackendPlugin`): the class's ``options``.
+        """
+        return list(self.options)
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_operator_support(
+        self, backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
+    ) -> OperatorSupportBase | None:
+        """Say which nodes of ``program`` (an edge-dialect program) ``backend`` can take.
+
+        Return a :class:`composer.ExplainedSupport` (or any
+        ``torch.fx.passes.operator_support.OperatorSupportBase``) whose
+        ``is_node_supported(submodules, node)`` answers for one ``call_function`` node. composer
+        never offers a node an earlier backend lowered (``executorch_call_delegate`` and its
+        ``getitem`` users), nor placeholders and outputs: answer only for the op itself.
+        composer groups the supported nodes into maximal convex partitions of at least
+        ``backend.min_partition_size`` nodes, and brings along the constants that only those
+        partitions read.
+
+        ``ExplainedSupport`` declares the two further questions composer asks, with their
+        defaults: ``reason_unsupported(node)``, why a node is declined (the plan shows it;
+        otherwise "unsupported op"), and ``reason_unsupported_at_boundary(node, partition)``, why
+        your runtime cannot bind a tensor at a delegate's edge (OpenVINO's cannot take a 0-d
+        tensor; composer then leaves nodes out of the partition until no refused tensor crosses
+        its edge, and the plan says why for each). A plain ``OperatorSupportBase`` defining
+        methods of those names is asked the same.
+
+        ``options`` are the user's options for this backend (``compose(..., options={"name":
+        {...}})``), strings by name, already checked against what ``composer_options`` declares
+        and with its defaults filled in; an empty mapping when the backend has none.
+
+        Return ``None`` to use ``composer_partitioner`` instead. A backend must implement one of
+        the two.
+        """
+        return None
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_partitioner(
+        self, backend: BackendSpec, program: ExportedProgram
+    ) -> Partitioner | None:
+        """Return a native ExecuTorch ``Partitioner`` that decides what ``backend`` takes.
+
+        Use this to reuse an existing partitioner (``XnnpackPartitioner``). composer runs it
+        on the very program it is partitioning (earlier backends' delegates already in it), reads
+        the nodes it tagged, takes those tags off again and re-forms the nodes into convex
+        partitions: tags it put on earlier delegates, graph inputs or outputs are removed with
+        a warning that names your plugin, and a non-convex tag is split. Constants it tagged
+        stay with it (duplicated where another backend reads them too; the plan counts the
+        bytes). The compile specs of its ``DelegationSpec`` are used unless
+        ``composer_compile_specs`` answers.
+
+        Only consulted when ``composer_operator_support`` returns ``None``.
+        """
+        return None
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_compile_specs(
+        self, backend: BackendSpec, method_name: str, options: Mapping[str, str]
+    ) -> list[CompileSpec] | None:
+        """Return the ExecuTorch ``CompileSpec`` list handed to ``backend``'s ``preprocess``.
+
+        ``method_name`` is the program method being lowered (``"forward"``); ``options`` as in
+        ``composer_operator_support``. ``None`` means no compile specs (or those of the native
+        partitioner, when there is one).
+        """
+        return None
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_ops_to_not_decompose(
+        self, backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
+    ) -> list[torch._ops.OpOverload] | None:
+        """Return the ATen ops ``backend`` wants to see whole, not decomposed, in the edge program.
+
+        ``program`` is the ATen-dialect program before decomposition; ``options`` as in
+        ``composer_operator_support``. Backends are asked in
+        priority order and every answer is honoured, so an op one backend keeps whole is whole
+        for the backends after it too. ``None``: the native partitioner's answer, if any, else
+        nothing.
+        """
+        return None
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_quantizer(
+        self, backend: BackendSpec, options: Mapping[str, str]
+    ) -> Quantizer | None:
+        """Return the PT2E ``Quantizer`` whose integer ops ``backend``'s kernels run.
+
+        ``composer.quantize(model, stack, inputs)`` plans the stack on the float model first, then
+        asks each backend of the stack for its quantizer and lets it annotate only the nodes that
+        backend will take (an annotation it puts on another backend's node is taken off): an int8
+        backend's regions are quantized for it, the regions of a backend without a quantizer stay
+        float. Return a fresh object each call, configured as your backend wants it::
+
+            @hookimpl
+            def composer_quantizer(backend):
+                quantizer = XNNPACKQuantizer()
+                return quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+
+        It annotates the graph of ``torch.export.export(model, inputs).module(check_guards=False)``
+        (no guard submodule: Arm's passes refuse ``call_module``), as
+        ``torchao.quantization.pt2e.prepare_pt2e`` hands it over; the weights are then stored
+        quantized (``convert_pt2e``'s default). ``options`` as in ``composer_operator_support``.
+        Not implemented, or ``None``: the backend runs float.
+        """
+        return None
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_unavailable_reason(self, backend: BackendSpec) -> str | None:
+        """Say why ``backend`` cannot lower on this machine, or ``None`` if it can.
+
+        Answer with a short reason a user can act on (``"no CUDA device visible"``). Planning
+        still works: composer then partitions exactly as it would on the target but lowers with
+        a stand-in, so the plan on a laptop is the plan on the target. ``compose`` refuses such
+        a backend with this reason.
+        """
+        return None
 
 
-@hookspec(firstresult=True)
-def composer_operator_support(
-    backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
-) -> OperatorSupportBase | None:
-    """Say which nodes of ``program`` (an edge-dialect program) ``backend`` can take.
-
-    Return a :class:`composer.ExplainedSupport` (or any
-    ``torch.fx.passes.operator_support.OperatorSupportBase``) whose
-    ``is_node_supported(submodules, node)`` answers for one ``call_function`` node. composer
-    never offers a node an earlier backend lowered (``executorch_call_delegate`` and its
-    ``getitem`` users), nor placeholders and outputs: answer only for the op itself.
-    composer groups the supported nodes into maximal convex partitions of at least
-    ``backend.min_partition_size`` nodes, and brings along the constants that only those
-    partitions read.
-
-    ``ExplainedSupport`` declares the two further questions composer asks, with their
-    defaults: ``reason_unsupported(node)``, why a node is declined (the plan shows it;
-    otherwise "unsupported op"), and ``reason_unsupported_at_boundary(node, partition)``, why
-    your runtime cannot bind a tensor at a delegate's edge (OpenVINO's cannot take a 0-d
-    tensor; composer then leaves nodes out of the partition until no refused tensor crosses
-    its edge, and the plan says why for each). A plain ``OperatorSupportBase`` defining
-    methods of those names is asked the same.
-
-    ``options`` are the user's options for this backend (``compose(..., options={"name":
-    {...}})``), strings by name, already checked against what ``composer_options`` declares
-    and with its defaults filled in; an empty mapping when the backend has none.
-
-    Return ``None`` to use ``composer_partitioner`` instead. A backend must implement one of
-    the two.
-    """
-
-
-@hookspec(firstresult=True)
-def composer_partitioner(backend: BackendSpec, program: ExportedProgram) -> Partitioner | None:
-    """Return a native ExecuTorch ``Partitioner`` that decides what ``backend`` takes.
-
-    Use this to reuse an existing partitioner (``XnnpackPartitioner``). composer runs it
-    on the very program it is partitioning (earlier backends' delegates already in it), reads
-    the nodes it tagged, takes those tags off again and re-forms the nodes into convex
-    partitions: tags it put on earlier delegates, graph inputs or outputs are removed with
-    a warning that names your plugin, and a non-convex tag is split. Constants it tagged
-    stay with it (duplicated where another backend reads them too; the plan counts the
-    bytes). The compile specs of its ``DelegationSpec`` are used unless
-    ``composer_compile_specs`` answers.
-
-    Only consulted when ``composer_operator_support`` returns ``None``.
-    """
-
-
-@hookspec(firstresult=True)
-def composer_compile_specs(
-    backend: BackendSpec, method_name: str, options: Mapping[str, str]
-) -> list[CompileSpec] | None:
-    """Return the ExecuTorch ``CompileSpec`` list handed to ``backend``'s ``preprocess``.
-
-    ``method_name`` is the program method being lowered (``"forward"``); ``options`` as in
-    ``composer_operator_support``. ``None`` means no compile specs (or those of the native
-    partitioner, when there is one).
-    """
-
-
-@hookspec(firstresult=True)
-def composer_ops_to_not_decompose(
-    backend: BackendSpec, program: ExportedProgram, options: Mapping[str, str]
-) -> list[torch._ops.OpOverload] | None:
-    """Return the ATen ops ``backend`` wants to see whole, not decomposed, in the edge program.
-
-    ``program`` is the ATen-dialect program before decomposition; ``options`` as in
-    ``composer_operator_support``. Backends are asked in
-    priority order and every answer is honoured, so an op one backend keeps whole is whole
-    for the backends after it too. ``None``: the native partitioner's answer, if any, else
-    nothing.
-    """
-
-
-@hookspec(firstresult=True)
-def composer_quantizer(backend: BackendSpec, options: Mapping[str, str]) -> Quantizer | None:
-    """Return the PT2E ``Quantizer`` whose integer ops ``backend``'s kernels run.
-
-    ``composer.quantize(model, stack, inputs)`` plans the stack on the float model first, then
-    asks each backend of the stack for its quantizer and lets it annotate only the nodes that
-    backend will take (an annotation it puts on another backend's node is taken off): an int8
-    backend's regions are quantized for it, the regions of a backend without a quantizer stay
-    float. Return a fresh object each call, configured as your backend wants it::
-
-        @hookimpl
-        def composer_quantizer(backend):
-            quantizer = XNNPACKQuantizer()
-            return quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
-
-    It annotates the graph of ``torch.export.export(model, inputs).module(check_guards=False)``
-    (no guard submodule: Arm's passes refuse ``call_module``), as
-    ``torchao.quantization.pt2e.prepare_pt2e`` hands it over; the weights are then stored
-    quantized (``convert_pt2e``'s default). ``options`` as in ``composer_operator_support``.
-    Not implemented, or ``None``: the backend runs float.
-    """
-
-
-@hookspec(firstresult=True)
-def composer_unavailable_reason(backend: BackendSpec) -> str | None:
-    """Say why ``backend`` cannot lower on this machine, or ``None`` if it can.
-
-    Answer with a short reason a user can act on (``"no CUDA device visible"``). Planning
-    still works: composer then partitions exactly as it would on the target but lowers with
-    a stand-in, so the plan on a laptop is the plan on the target. ``compose`` refuses such
-    a backend with this reason.
-    """
+# The hooks' names, and the attribute pluggy's marker puts on an implementation.
+HOOKS = frozenset(name for name in vars(BackendPlugin) if name.startswith(PROJECT_NAME + "_"))
+_IMPL = PROJECT_NAME + "_impl"

@@ -75,7 +75,7 @@ def plan(
         return _measured(model, stack, example_inputs, progress, cache, registry).plan
     given_registry = registry is not None
     resolved, registry, unavailable = _prepare(stack, registry, True)
-    stack = stack.with_defaults(resolved)
+    stack = stack.with_defaults(resolved, registry)
     wanted = cache and not given_registry
     # A composed program's entry holds its plan too: planning after composing costs nothing.
     cached = _program_cache(PLAN_SOURCES, wanted, resolved, stack, registry)
@@ -207,7 +207,7 @@ def compose(
     given_registry = registry is not None
     resolved, registry, stand_ins = _prepare(stack, registry, False)
     workers = _jobs(jobs)
-    stack = stack.with_defaults(resolved)
+    stack = stack.with_defaults(resolved, registry)
     folder = cache_dir() if cache else None
     cached = _program_cache(("program",), cache and not given_registry, resolved, stack, registry)
     exported: list[ExportedProgram] = []
@@ -321,7 +321,7 @@ def _measured(
     registry = registry or default_registry()
     resolved = registry.resolve(stack.backends)
     # The checks every candidate's compose makes, once and before any work.
-    stack.with_defaults(resolved)
+    stack.with_defaults(resolved, registry)
     program = export_model(model, example_inputs)
     # With CUDA in the stack, on a GPU, every candidate runs hosted: one way of running
     # for all, or the comparison would measure the executors.

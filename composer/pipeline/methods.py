@@ -144,7 +144,7 @@ def compose_methods(
     registry = registry or default_registry()
     stack = Stack.of(stack, **settings)
     resolved = registry.resolve(stack.backends)
-    stack = stack.with_defaults(resolved)
+    stack = stack.with_defaults(resolved, registry)
     folder = cache_dir() if cache and cache_enabled() else None
     edges, plans = {}, {}
     for name, (model, inputs) in given.items():

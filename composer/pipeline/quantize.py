@@ -21,7 +21,7 @@ from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpec
 
-from composer.contract.errors import ComposerError, PluginError
+from composer.contract.errors import ComposerError
 from composer.contract.op_names import op_name
 from composer.lower.export import Model, example_inputs_of, export_model, fresh_program
 from composer.registry.discovery import Registry, default_registry
@@ -148,18 +148,10 @@ def quantize(
     stack = Stack.of(stack, **settings)
     registry = registry or default_registry()
     resolved = registry.resolve(stack.backends)
-    stack = stack.with_defaults(resolved)
+    stack = stack.with_defaults(resolved, registry)
 
     def quantizer_of(backend) -> Quantizer | None:
-        quantizer = registry.call(
-            "composer_quantizer", backend, options=stack.options.get(backend.name, {})
-        )
-        if quantizer is not None and not isinstance(quantizer, Quantizer):
-            raise PluginError(
-                f"plugin {backend.origin.name!r} returned {type(quantizer).__name__} from "
-                "composer_quantizer; it must return a PT2E Quantizer or None."
-            )
-        return quantizer
+        return registry.quantizer(backend, stack.options.get(backend.name, {}))
 
     quantizers = {b.name: q for b in resolved if (q := quantizer_of(b)) is not None}
     if not quantizers:

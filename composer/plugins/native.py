@@ -20,7 +20,7 @@ import torch.fx
 
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
-from composer.contract.hookspecs import hookimpl
+from composer.contract.hookspecs import BackendPlugin
 from composer.contract.support import ExplainedSupport
 
 ON_OFF = ("ON", "OFF")
@@ -84,7 +84,7 @@ class CheckedSupport(ExplainedSupport):
         return self._answer(node)
 
 
-class NativePartitionerPlugin:
+class NativePartitionerPlugin(BackendPlugin):
     """A backend whose support is its own ExecuTorch partitioner, where the wheel's module for
     it may not import here (MPS is not in the wheel; MLX lacks its generated files).
 
@@ -106,17 +106,11 @@ class NativePartitionerPlugin:
     def _import_problem(self) -> str | None:
         return _cached_import_problem(self.module)
 
-    @hookimpl
-    def composer_backends(self):
-        return [self.spec]
-
-    @hookimpl
     def composer_unavailable_reason(self, backend):
         if self._import_problem() is not None:
             return self.missing
         return self.cannot_lower()
 
-    @hookimpl
     def composer_partitioner(self, backend, program):
         problem = self._import_problem()
         if problem is not None:

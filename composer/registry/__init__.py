@@ -1,1 +1,2 @@
-"""Finding backends: entry-point discovery, the options plugins declare, the Stack."""
+"""Finding backends and asking them: entry-point discovery, the registry's one method per hook,
+every plugin answer checked (``answers``), the Stack."""

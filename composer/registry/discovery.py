@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import warnings
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
@@ -13,7 +13,18 @@ import pluggy
 from composer.contract import hookspecs
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import BackendListError, ComposerError, ComposerWarning, PluginError
+from composer.contract.options import Option
+from composer.registry import answers
 from composer.registry.names import backend_names
+
+if TYPE_CHECKING:
+    import torch
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+    from executorch.exir.backend.partitioner import Partitioner
+    from torch.export import ExportedProgram
+    from torchao.quantization.pt2e.quantizer import Quantizer
+
+    from composer.registry.answers import CheckedSupport
 
 ENTRY_POINT_GROUP = "composer"
 OWN_DISTRIBUTION = "executorch-composer"
@@ -56,7 +67,7 @@ def _load_order(entry_point: importlib.metadata.EntryPoint) -> tuple[int, str, s
 
 
 class Registry:
-    """The plugins and backends found in this environment.
+    """The plugins and backends found in this environment, and the one way composer asks them.
 
     Plugins come from the ``composer`` entry-point group, composer's own first, the rest
     sorted by distribution and entry-point name; that order also decides which plugin keeps a
@@ -65,11 +76,15 @@ class Registry:
     imports the rest, since a plugin may declare backends under other names), and listing
     every backend imports them all. A plugin that imports ExecuTorch's compiler at module
     level costs seconds, which a stack that does not name it should not pay.
+
+    A backend's hooks are asked through one method each, named for what it returns
+    (:meth:`options`, :meth:`operator_support`, :meth:`partitioner`, ...), of the one plugin
+    that declared the backend; every answer is checked in :mod:`composer.registry.answers`.
     """
 
     def __init__(self, plugins: Iterable[tuple[Any, PluginInfo]] = ()) -> None:
-        self.plugin_manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-        self.plugin_manager.add_hookspecs(hookspecs)
+        self._plugin_manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self._plugin_manager.add_hookspecs(hookspecs.BackendPlugin)
         self._failed: list[FailedPlugin] = []
         self._backends: dict[str, Backend] = {}
         self._unloaded: list[importlib.metadata.EntryPoint] = []
@@ -142,29 +157,22 @@ class Registry:
             self._backends[spec.name] = Backend(spec, plugin, info)
 
     def _declared_backends(self, plugin: Any, info: PluginInfo) -> list[BackendSpec]:
-        self.plugin_manager.register(plugin, name=info.name)
-        hook = self.plugin_manager.subset_hook_caller(
-            "composer_backends",
-            remove_plugins=[p for p in self.plugin_manager.get_plugins() if p is not plugin],
-        )
+        self._plugin_manager.register(plugin, name=info.name)
         try:
             try:
-                (declared,) = hook() or [None]
+                (declared,) = self._hook_of(plugin, "composer_backends")() or [None]
             except Exception as error:
                 raise PluginError(
                     f"its composer_backends raised {type(error).__name__}: {error}"
                 ) from error
-            if not isinstance(declared, list | tuple) or not all(
-                isinstance(spec, BackendSpec) for spec in declared
-            ):
-                raise PluginError(
-                    f"its composer_backends returned {_short_repr(declared)}; it must return a "
-                    "list of composer.BackendSpec"
-                )
+            return answers.backends(declared)
         except PluginError:
-            self.plugin_manager.unregister(plugin)
+            self._plugin_manager.unregister(plugin)
             raise
-        return list(declared)
+
+    def has_plugin(self, plugin: Any) -> bool:
+        """Whether ``plugin`` (a module or object) is registered here."""
+        return self._plugin_manager.is_registered(plugin)
 
     def _skip(self, info: PluginInfo, what: str, why: str) -> None:
         self._failed.append(FailedPlugin(info.name, info.distribution, why))
@@ -211,12 +219,59 @@ class Registry:
         self._load_all()
         return ", ".join(sorted(self._backends)) or "(none installed)"
 
-    def call(self, hook_name: str, backend: Backend, **kwargs: Any) -> Any:
-        """Call ``hook_name`` on the plugin that declared ``backend`` only."""
-        others = [p for p in self.plugin_manager.get_plugins() if p is not backend.plugin]
-        hook = self.plugin_manager.subset_hook_caller(hook_name, remove_plugins=others)
+    # --- the hooks, one method each, every answer checked (composer.registry.answers) -------
+
+    def options(self, backend: Backend) -> tuple[Option, ...]:
+        """The options ``backend`` takes (``composer_options``); none when not implemented."""
+        return answers.options(self._ask("composer_options", backend), backend)
+
+    def unavailable_reason(self, backend: Backend) -> str | None:
+        """Why ``backend`` cannot lower on this machine, or ``None`` if it can."""
+        reason = self._ask("composer_unavailable_reason", backend)
+        return answers.unavailable_reason(reason, backend)
+
+    def operator_support(
+        self, backend: Backend, program: ExportedProgram, options: Mapping[str, str]
+    ) -> CheckedSupport | None:
+        """Which nodes of ``program`` ``backend`` takes, and why not the rest, every answer
+        checked; ``None`` when the plugin leaves it to its partitioner."""
+        support = self._ask("composer_operator_support", backend, program=program, options=options)
+        return answers.operator_support(support, backend, program)
+
+    def partitioner(self, backend: Backend, program: ExportedProgram) -> Partitioner | None:
+        """The plugin's own ExecuTorch partitioner for ``backend``, if it has one."""
+        native = self._ask("composer_partitioner", backend, program=program)
+        return answers.partitioner(native, backend)
+
+    def compile_specs(
+        self, backend: Backend, method_name: str, options: Mapping[str, str]
+    ) -> list[CompileSpec] | None:
+        """The compile specs ``backend``'s ``preprocess`` gets; ``None``: the plugin gives none."""
+        specs = self._ask(
+            "composer_compile_specs", backend, method_name=method_name, options=options
+        )
+        return answers.compile_specs(specs, backend)
+
+    def ops_to_not_decompose(
+        self, backend: Backend, program: ExportedProgram, options: Mapping[str, str]
+    ) -> list[torch._ops.OpOverload] | None:
+        """The ATen ops ``backend`` wants whole; ``None``: the plugin does not say."""
+        ops = self._ask("composer_ops_to_not_decompose", backend, program=program, options=options)
+        return answers.ops_to_not_decompose(ops, backend)
+
+    def quantizer(self, backend: Backend, options: Mapping[str, str]) -> Quantizer | None:
+        """A fresh PT2E quantizer for ``backend``'s integer kernels; ``None``: it runs float."""
+        return answers.quantizer(self._ask("composer_quantizer", backend, options=options), backend)
+
+    def _hook_of(self, plugin: Any, hook_name: str) -> pluggy.HookCaller:
+        """The hook ``hook_name`` of ``plugin`` alone."""
+        others = [p for p in self._plugin_manager.get_plugins() if p is not plugin]
+        return self._plugin_manager.subset_hook_caller(hook_name, remove_plugins=others)
+
+    def _ask(self, hook_name: str, backend: Backend, **kwargs: Any) -> Any:
+        """What the plugin that declared ``backend`` answers to ``hook_name``, unchecked."""
         try:
-            return hook(backend=backend.spec, **kwargs)
+            return self._hook_of(backend.plugin, hook_name)(backend=backend.spec, **kwargs)
         except ComposerError:
             raise  # the plugin's own message for the user (a bad option value), as it wrote it
         except Exception as error:
@@ -224,20 +279,6 @@ class Registry:
                 f"plugin {backend.origin.name!r} ({backend.origin.distribution}) raised in "
                 f"{hook_name} for backend {backend.name!r}: {type(error).__name__}: {error}"
             ) from error
-
-    def unavailable_reason(self, backend: Backend) -> str | None:
-        reason = self.call("composer_unavailable_reason", backend)
-        if reason is not None and not isinstance(reason, str):
-            raise PluginError(
-                f"plugin {backend.origin.name!r} returned {type(reason).__name__} from "
-                "composer_unavailable_reason; it must return a string or None."
-            )
-        return reason
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
 
 
 _default: Registry | None = None

@@ -13,10 +13,9 @@ import attrs
 from composer.contract.errors import BackendListError, ComposerError
 from composer.contract.options import check_options
 from composer.registry.names import backend_names, is_count
-from composer.registry.options import declared_options
 
 if TYPE_CHECKING:
-    from composer.registry.discovery import Backend
+    from composer.registry.discovery import Backend, Registry
 
 
 PLACEMENTS = ("priority", "strict", "measured")
@@ -170,9 +169,9 @@ class Stack:
             repair_time=self.repair_time,
         )
 
-    def with_defaults(self, resolved: Sequence[Backend]) -> Stack:
-        """The stack with every backend's options checked against what its plugin declares,
-        and its declared defaults filled in."""
+    def with_defaults(self, resolved: Sequence[Backend], registry: Registry) -> Stack:
+        """The stack with every backend's options checked against what its plugin declares
+        (asked through ``registry``, which resolved them), and its declared defaults filled in."""
 
         # Every backend, given options or not: defaults reach the hooks, and a plugin's broken
         # composer_options surfaces before export rather than halfway through lowering.
@@ -180,7 +179,7 @@ class Stack:
             self,
             options={
                 backend.name: check_options(
-                    backend.name, declared_options(backend), self.options.get(backend.name)
+                    backend.name, registry.options(backend), self.options.get(backend.name)
                 )
                 for backend in resolved
             },

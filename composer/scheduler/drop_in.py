@@ -19,7 +19,6 @@ from executorch.exir.backend.partitioner import Partitioner
 from composer.contract.errors import ComposerError
 from composer.contract.options import check_options
 from composer.registry.discovery import Registry, default_registry
-from composer.registry.options import declared_options
 from composer.scheduler.guarded import GuardedPartitioner
 from composer.scheduler.partitioner import ComposerPartitioner
 
@@ -32,7 +31,7 @@ def partitioner(name: str, *, registry: Registry | None = None, **options: str) 
 
     registry = registry or default_registry()
     (backend,) = registry.resolve([name])
-    checked = check_options(backend.name, declared_options(backend), options)
+    checked = check_options(backend.name, registry.options(backend), options)
     return DropInPartitioner(backend, registry, options=checked)
 
 

@@ -16,6 +16,7 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import PluginError
 from composer.contract.op_names import op_name
+from composer.registry.answers import plugin_label
 from composer.registry.discovery import Backend, Registry
 from composer.scheduler.boundary import partition_within_boundary
 from composer.scheduler.guards import (
@@ -31,7 +32,7 @@ from composer.scheduler.origins import origin_name
 from composer.scheduler.pieces import PieceProbes, decomposable
 from composer.scheduler.quant_chains import chains_kept_with_their_ops, reads_quantized_values
 from composer.scheduler.stand_in import STAND_IN_BACKEND_ID, stand_in_compile_specs
-from composer.scheduler.support import Support, evaluate_support, native_partitioner, plugin_label
+from composer.scheduler.support import Support, evaluate_support
 from composer.scheduler.validate import check_lowerable
 
 
@@ -236,20 +237,9 @@ class ComposerPartitioner(Partitioner):
         return self._pieces.prefers_pieces(node, program, pinned)
 
     def _own_ops_to_not_decompose(self, ep: ExportedProgram, record: bool = True):
-        ops = self.registry.call(
-            "composer_ops_to_not_decompose", self.backend, program=ep, options=self.options
-        )
+        ops = self.registry.ops_to_not_decompose(self.backend, ep, self.options)
         if ops is not None:
-            wrong = next(
-                (op for op in ops if not isinstance(op, torch._ops.OpOverload)), None
-            ) if isinstance(ops, list | tuple) else ops  # fmt: skip
-            if wrong is not None:
-                raise PluginError(
-                    f"{plugin_label(self.backend)} returned {wrong!r} from "
-                    f"composer_ops_to_not_decompose for backend {self.backend.name!r}; it must "
-                    "return a list of ATen ops (torch.ops.aten.linear.default), not names, or None."
-                )
-            answer = (list(ops), None)
+            answer = (ops, None)
         else:
             native = self._native_partitioner(ep)
             answer = native.ops_to_not_decompose(ep) if native is not None else ([], None)
@@ -432,27 +422,15 @@ class ComposerPartitioner(Partitioner):
         # that succeeds means lowering gets the same valid answer.
         if self.stand_in and not self.check_backend_class:
             return stand_in_compile_specs(self.backend.spec)
-        specs = self.registry.call(
-            "composer_compile_specs",
-            self.backend,
-            method_name=self.method_name,
-            options=self.options,
-        )
+        specs = self.registry.compile_specs(self.backend, self.method_name, self.options)
         if specs is None:
             return stand_in_compile_specs(self.backend.spec) if self.stand_in else list(native)
-        if not isinstance(specs, list | tuple) or not all(
-            isinstance(s, CompileSpec) for s in specs
-        ):
-            raise PluginError(
-                f"{plugin_label(self.backend)} returned {specs!r} from composer_compile_specs; "
-                "it must return a list of executorch's CompileSpec or None."
-            )
         if self.stand_in:
             return stand_in_compile_specs(self.backend.spec)
-        return list(specs)
+        return specs
 
     def _native_partitioner(self, ep: ExportedProgram) -> Partitioner | None:
         if not self._native_asked:
             self._native_asked = True
-            self._native = native_partitioner(self.backend, self.registry, ep)
+            self._native = self.registry.partitioner(self.backend, ep)
         return self._native

@@ -1,13 +1,14 @@
 """What one backend says it can take in one program: the single path that asks its plugin.
 
 Both the stack's assignment and the backend's own partitioning read a backend's support from
-here, so a plugin that breaks the contract gets the same ``PluginError`` whichever asks first.
+here; the registry checks every answer the plugin gives (:mod:`composer.registry.answers`), so
+a plugin that breaks the contract gets the same ``PluginError`` whichever asks first.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 import torch
@@ -15,11 +16,9 @@ import torch.fx
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import Partitioner
 from torch.export import ExportedProgram
-from torch.fx.passes.operator_support import OperatorSupportBase
 
 from composer.contract.errors import ComposerWarning, PluginError
 from composer.contract.op_names import op_name
-from composer.contract.support import asks_at_boundary
 from composer.registry.discovery import Backend, Registry
 from composer.scheduler.boundary import BoundaryCheck
 from composer.scheduler.guards import clean_foreign_tags, take_tags
@@ -53,24 +52,6 @@ class Support:
         }
 
 
-def plugin_label(backend: Backend) -> str:
-    origin = backend.origin
-    return f"plugin {origin.name!r} ({origin.distribution})"
-
-
-def native_partitioner(
-    backend: Backend, registry: Registry, program: ExportedProgram
-) -> Partitioner | None:
-    """The plugin's own ExecuTorch partitioner for ``backend``, if it has one."""
-    native = registry.call("composer_partitioner", backend, program=program)
-    if native is not None and not isinstance(native, Partitioner):
-        raise PluginError(
-            f"plugin {backend.origin.name!r} returned {type(native).__name__} from "
-            "composer_partitioner; it must return an ExecuTorch Partitioner or None."
-        )
-    return native
-
-
 def evaluate_support(
     backend: Backend,
     registry: Registry,
@@ -80,75 +61,16 @@ def evaluate_support(
     options: Mapping[str, str],
     native: Callable[[], Partitioner | None],
 ) -> Support:
-    """What ``backend`` says it can take in ``program``, every answer checked.
+    """What ``backend`` says it can take in ``program``, every answer checked by the registry.
 
     ``native`` gives the plugin's own partitioner, asked only when the plugin offers no
     ``OperatorSupport``; a native partitioner runs on ``program`` and its tags are taken off.
     """
-    support = registry.call("composer_operator_support", backend, program=program, options=options)
+    support = registry.operator_support(backend, program, options)
     if support is None:
         return _native_support(backend, native(), program, guarded)
-    if not isinstance(support, OperatorSupportBase):
-        raise PluginError(
-            f"{plugin_label(backend)} returned {type(support).__name__} from "
-            "composer_operator_support; it must return a "
-            "torch.fx.passes.operator_support.OperatorSupportBase or None."
-        )
-    submodules = dict(program.graph_module.named_modules())
-    explain = getattr(support, "reason_unsupported", None)
-    who = f"{plugin_label(backend)}: {type(support).__name__}"
-
-    def takes(node: torch.fx.Node) -> bool:
-        try:
-            return bool(support.is_node_supported(submodules, node))
-        except Exception as error:
-            raise PluginError(
-                f"{who}.is_node_supported raised on node {node.name} ({op_name(node)}): "
-                f"{type(error).__name__}: {error}"
-            ) from error
-
-    def why_not(node: torch.fx.Node) -> str:
-        if explain is None:
-            return "unsupported op"
-        try:
-            reason = explain(node)
-        except Exception as error:
-            raise PluginError(
-                f"{who}.reason_unsupported raised on node {node.name} ({op_name(node)}): "
-                f"{type(error).__name__}: {error}"
-            ) from error
-        if reason is not None and not isinstance(reason, str):
-            raise PluginError(
-                f"{who}.reason_unsupported returned {type(reason).__name__} for node "
-                f"{node.name}; it must return a string or None."
-            )
-        return reason or "unsupported op"
-
-    return Support(takes, why_not, [], set(), _boundary_check(support, who))
-
-
-def _boundary_check(support: OperatorSupportBase, who: str) -> BoundaryCheck | None:
-    """The support object's ``reason_unsupported_at_boundary``, every answer checked."""
-    if not asks_at_boundary(support):
-        return None
-    explain = support.reason_unsupported_at_boundary
-
-    def refuses(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> str | None:
-        try:
-            reason = explain(node, partition)
-        except Exception as error:
-            raise PluginError(
-                f"{who}.reason_unsupported_at_boundary raised on node {node.name}: "
-                f"{type(error).__name__}: {error}"
-            ) from error
-        if reason is not None and not isinstance(reason, str):
-            raise PluginError(
-                f"{who}.reason_unsupported_at_boundary returned {type(reason).__name__} for "
-                f"node {node.name}; it must return a string or None."
-            )
-        return reason or None
-
-    return refuses
+    boundary = support.refuses_at_boundary if support.asks_at_boundary else None
+    return Support(support.takes, support.why_not, [], set(), boundary)
 
 
 def _native_support(

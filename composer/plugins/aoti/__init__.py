@@ -16,9 +16,9 @@ import torch
 import torch.fx
 
 from composer.contract.backend_spec import BackendSpec
-from composer.contract.hookspecs import hookimpl
+from composer.contract.hookspecs import BackendPlugin
 from composer.contract.op_names import overload_of
-from composer.contract.options import Option, check_options
+from composer.contract.options import check_options
 from composer.contract.support import ExplainedSupport
 
 
@@ -192,7 +192,7 @@ class AotiOperatorSupport(ExplainedSupport):
         return None
 
 
-class AotiPlugin:
+class AotiPlugin(BackendPlugin):
     """A composer plugin for one AOTInductor-driven ExecuTorch backend.
 
     Subclasses set ``spec``, ``inductor_device`` and ``options`` (the ``Option``s the backend
@@ -202,7 +202,6 @@ class AotiPlugin:
 
     spec: BackendSpec
     inductor_device: str
-    options: tuple[Option, ...] = ()
     # The support object's class: a backend whose runtime refuses some delegate outputs
     # answers reason_unsupported_at_boundary in a subclass.
     support_class: type[AotiOperatorSupport] = AotiOperatorSupport
@@ -243,23 +242,12 @@ class AotiPlugin:
         # changes nothing.
         return check_options(self.spec.name, self.options, options)
 
-    @hookimpl
-    def composer_backends(self):
-        return [self.spec]
-
-    @hookimpl
-    def composer_options(self, backend):
-        return list(self.options)
-
-    @hookimpl
     def composer_unavailable_reason(self, backend):
         return self.unavailable_reason()
 
-    @hookimpl
     def composer_operator_support(self, backend, program, options):
         return self.support_class(self, self.checked_options(options))
 
-    @hookimpl
     def composer_ops_to_not_decompose(self, backend, program, options):
         # Like AotiPartitioner, keep whole what AOTInductor compiles whole; unlike it, let
         # ops it would not take decompose, so their parts can still go to this backend, and
@@ -281,7 +269,6 @@ class AotiPlugin:
                 keep[node.target] = keep.get(node.target, True) and ok
         return [op for op, ok in keep.items() if ok]
 
-    @hookimpl
     def composer_compile_specs(self, backend, method_name, options):
         from executorch.exir.backend.compile_spec_schema import CompileSpec
 

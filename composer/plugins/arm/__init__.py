@@ -24,7 +24,7 @@ import torch
 
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
-from composer.contract.hookspecs import hookimpl
+from composer.contract.hookspecs import BackendPlugin
 from composer.contract.options import Option, check_options
 from composer.plugins.native import CheckedSupport, import_problem, quiet
 
@@ -45,11 +45,10 @@ Q_DQ = (
 )
 
 
-class ArmPlugin:
+class ArmPlugin(BackendPlugin):
     """A composer plugin for one of ExecuTorch's TOSA-based Arm backends."""
 
     spec: BackendSpec
-    options: tuple[Option, ...]
     module: str  # the ExecuTorch module that holds the partitioner
     extra: str
     tools: tuple[tuple[str, str], ...] = ()  # (module to import, the package it comes from)
@@ -133,24 +132,13 @@ class ArmPlugin:
 
         return CheckedSupport(answer)
 
-    @hookimpl
-    def composer_backends(self):
-        return [self.spec]
-
-    @hookimpl
-    def composer_options(self, backend):
-        return list(self.options)
-
-    @hookimpl
     def composer_unavailable_reason(self, backend):
         return self.unavailable_reason()
 
-    @hookimpl
     def composer_operator_support(self, backend, program, options):
         self._require()
         return self.support(program, self.checked(options))
 
-    @hookimpl
     def composer_ops_to_not_decompose(self, backend, program, options):
         self._require()
         with quiet():
@@ -164,7 +152,6 @@ class ArmPlugin:
                 kept[node.target] = kept.get(node.target, True) and ok
         return [op for op, ok in kept.items() if ok]
 
-    @hookimpl
     def composer_compile_specs(self, backend, method_name, options):
         self._require()
         with quiet():
@@ -197,7 +184,6 @@ class EthosUPlugin(ArmPlugin):
 
         return EthosUPartitioner(compile_spec)
 
-    @hookimpl
     def composer_quantizer(self, backend, options):
         # Symmetric int8, per-channel weights: Arm's examples' (aot_arm_compiler) for Ethos-U.
         self._require()
