@@ -40,7 +40,7 @@ class Shared:
 
     made: dict[str, int] = attrs.field(factory=dict)
     reused: dict[str, int] = attrs.field(factory=dict)
-    entries: dict[tuple, tuple[ExportedProgram, Any]] = attrs.field(factory=dict, repr=False)
+    entries: dict[tuple, tuple[ExportedProgram, Any, list]] = attrs.field(factory=dict, repr=False)
 
     def count(self, counts: dict[str, int], step: str) -> None:
         counts[step] = counts.get(step, 0) + 1
@@ -95,8 +95,13 @@ def _answer(shared: Shared, key, step: str, given: ExportedProgram, config, make
     found = shared.entries.get(key)
     if found is not None:
         shared.count(shared.reused, step)
-        kept, kept_config = found
+        kept, kept_config, kept_examples = found
         memo = _held_tensors(given)
+        # The steps pass the example inputs on as they are: the caller's, not the first one's
+        # (alike in shape and dtype; a probe of one op is made with inputs of its own).
+        for before, now in zip(kept_examples, _examples(given), strict=True):
+            if isinstance(before, torch.Tensor):
+                memo[id(before)] = now
         if config is not None:
             # The edge program's verifier holds the config it was made with: the caller's.
             memo[id(kept_config)] = config
@@ -108,7 +113,7 @@ def _answer(shared: Shared, key, step: str, given: ExportedProgram, config, make
     memo = _held_tensors(given)
     if config is not None:
         memo[id(config)] = config
-    shared.entries[key] = (copy.deepcopy(made, memo), config)
+    shared.entries[key] = (copy.deepcopy(made, memo), config, _examples(given))
     return made
 
 
@@ -172,7 +177,7 @@ def _key(program: ExportedProgram, step: tuple) -> tuple | None:
         str(program.graph_signature),
         str(program.module_call_graph),
         tuple(tensors),
-        tuple(map(id, _examples(program))),
+        tuple(map(_value, _examples(program))),
         tuple(graphs),
     )
 
