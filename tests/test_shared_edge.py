@@ -93,6 +93,7 @@ def test_sharing_nests_and_puts_the_functions_back():
     from torch.export import ExportedProgram
 
     decompose, generate = ExportedProgram.run_decompositions, _program._generate_edge_program
+    collect = torch.export.decomp_utils._collect_all_valid_cia_ops
     with sharing_edge_programs() as outer:
         assert ExportedProgram.run_decompositions is not decompose
         with sharing_edge_programs() as inner:
@@ -100,3 +101,4 @@ def test_sharing_nests_and_puts_the_functions_back():
         assert ExportedProgram.run_decompositions is not decompose
     assert ExportedProgram.run_decompositions is decompose
     assert _program._generate_edge_program is generate
+    assert torch.export.decomp_utils._collect_all_valid_cia_ops is collect

@@ -31,6 +31,8 @@ from typing import Any
 
 import attrs
 import torch
+import torch.export.decomp_utils
+import torch.export.exported_program
 from torch.export import ExportedProgram
 
 
@@ -79,6 +81,9 @@ def sharing_edge_programs() -> Iterator[Shared]:
 
     ExportedProgram.run_decompositions = run_decompositions
     _program._generate_edge_program = generate_edge_program
+    collected = {module: module._collect_all_valid_cia_ops for module in _CIA_USERS}
+    for module, collect in collected.items():
+        module._collect_all_valid_cia_ops = _registry_memo(collect)
     _ACTIVE.append(shared)
     try:
         yield shared
@@ -86,6 +91,35 @@ def sharing_edge_programs() -> Iterator[Shared]:
         _ACTIVE.pop()
         ExportedProgram.run_decompositions = decompose
         _program._generate_edge_program = generate
+        for module, collect in collected.items():
+            module._collect_all_valid_cia_ops = collect
+
+
+# Where torch.export asks for every operator it may keep whole (composite implicit ones):
+# each decomposition table made, and each decomposition run, walks the dispatcher's every
+# namespace for them (a tenth of a second; of a measured compose of cnn, a fifth).
+_CIA_USERS = (torch.export.exported_program, torch.export.decomp_utils)
+
+
+def _registry_memo(collect):
+    """``collect`` answered again while the dispatcher has the same operators: torch does not
+    cache it because registering an operator changes it, and a registration shows in the
+    operator names and in the composite implicit registrations, which are the key."""
+    found: dict[str, Any] = {}
+
+    def collect_again():
+        key = (
+            tuple(torch.ops._dir),
+            len(torch._C._dispatch_get_all_op_names()),
+            tuple(
+                torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")
+            ),
+        )
+        if found.get("key") != key:
+            found["key"], found["ops"] = key, collect()
+        return found["ops"]
+
+    return collect_again
 
 
 def _answer(shared: Shared, key, step: str, given: ExportedProgram, config, make):
@@ -103,7 +137,9 @@ def _answer(shared: Shared, key, step: str, given: ExportedProgram, config, make
             if isinstance(before, torch.Tensor):
                 memo[id(before)] = now
         if config is not None:
-            # The edge program's verifier holds the config it was made with: the caller's.
+            # What refers to the config refers to the caller's. The verifier class ExecuTorch
+            # makes for an edge program stays the first one's (a class is not copied): it was
+            # made from a config alike (the config is in the key) and reads nothing else of it.
             memo[id(kept_config)] = config
         return copy.deepcopy(kept, memo)
     made = make()
