@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import composer
-from composer import zoo
+from composer import corpus, zoo
 from composer.lower.shared_edge import sharing_edge_programs
 from composer.measure.candidates import Candidate, candidates
 from composer.registry.discovery import default_registry
@@ -50,7 +50,16 @@ def fingerprints(model, inputs, listed, registry):
 def test_every_candidate_lowers_to_the_same_program_with_the_edge_programs_shared(
     name, tmp_path, monkeypatch
 ):
-    model, inputs = zoo.load(name)
+    assert_candidates_lower_alike(*zoo.load(name), tmp_path, monkeypatch)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", corpus.names())
+def test_corpus_candidates_lower_alike_with_the_edge_programs_shared(name, tmp_path, monkeypatch):
+    assert_candidates_lower_alike(*corpus.load(name), tmp_path, monkeypatch)
+
+
+def assert_candidates_lower_alike(model, inputs, tmp_path, monkeypatch):
     registry = default_registry()
     listed = [*candidates(["openvino", "xnnpack"]), LAYOUT]
     # One cache of lowered partitions for both sides: OpenVINO's compiler does not give the
