@@ -178,7 +178,10 @@ def _function_key(fn) -> tuple:
     code = getattr(fn, "__code__", None)
     if code is None:
         return ("object", id(fn))
-    cells = tuple(repr(cell.cell_contents) for cell in fn.__closure__ or ())
+    try:
+        cells = tuple(repr(cell.cell_contents) for cell in fn.__closure__ or ())
+    except ValueError:  # a cell not filled yet: this function, by identity
+        return ("object", id(fn))
     return ("code", id(code), cells, repr(getattr(fn, "__defaults__", None)))
 
 
