@@ -4,6 +4,7 @@ made from them, are those of lowering each anew."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 
 import attrs
@@ -111,3 +112,26 @@ def test_sharing_nests_and_puts_the_functions_back():
     assert ExportedProgram.run_decompositions is decompose
     assert _program._generate_edge_program is generate
     assert torch.export.decomp_utils._collect_all_valid_cia_ops is collect
+
+
+def test_measured_placement_lowers_its_candidates_with_the_edge_programs_shared(
+    tmp_path, monkeypatch
+):
+    from composer.pipeline import compose as pipeline
+
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path))
+    entered = []
+
+    @contextlib.contextmanager
+    def watched():
+        with sharing_edge_programs() as shared:
+            entered.append(shared)
+            yield shared
+
+    monkeypatch.setattr(pipeline, "sharing_edge_programs", watched)
+    model, inputs = zoo.load("cumsum_mlp")
+    composition = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured")
+    assert composition.plan.placement["chosen"]
+    [shared] = entered
+    # Six candidates, seven layouts and two plans lowered, most from one decomposition.
+    assert shared.reused["run_decompositions"] > shared.made["run_decompositions"]
