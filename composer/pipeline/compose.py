@@ -19,6 +19,7 @@ from composer.lower.cache import DamagedEntryWarning, cache_dir, cache_enabled
 from composer.lower.export import Model, eager_of, example_inputs_of, export_model, fresh_program
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
 from composer.lower.program_cache import ProgramCache
+from composer.lower.shared_edge import sharing_edge_programs
 from composer.measure import placement as measured
 from composer.measure.placement_cache import cache_key
 from composer.pipeline.methods import MethodsComposition, compose_methods
@@ -346,20 +347,23 @@ def _measured(
     def plan_candidate(candidate):
         return plan(model, only(candidate), example_inputs, registry=registry)
 
-    choice, composed = measured.measure(
-        compose_candidate,
-        list(stack.backends),
-        example_inputs_of(program, example_inputs),
-        key=cache_key(program, stack.backends, stack.settings(), measured.RUNS, runner),
-        budget_s=stack.tune_budget,
-        progress=progress,
-        cache_dir=cache_dir() if cache else None,
-        hosted=hosted,
-        plan_candidate=plan_candidate,
-        never={name: sorted(pins) for name, pins in stack.never.items()},
-        threads_set=stack.threads is not None,
-        runner=runner,
-    )
-    composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
+    # Every candidate, layout and plan lowers the same model: the decompositions to the edge
+    # dialect that they reach alike are made once (composer.lower.shared_edge).
+    with sharing_edge_programs():
+        choice, composed = measured.measure(
+            compose_candidate,
+            list(stack.backends),
+            example_inputs_of(program, example_inputs),
+            key=cache_key(program, stack.backends, stack.settings(), measured.RUNS, runner),
+            budget_s=stack.tune_budget,
+            progress=progress,
+            cache_dir=cache_dir() if cache else None,
+            hosted=hosted,
+            plan_candidate=plan_candidate,
+            never={name: sorted(pins) for name, pins in stack.never.items()},
+            threads_set=stack.threads is not None,
+            runner=runner,
+        )
+        composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
     composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())
     return composition
