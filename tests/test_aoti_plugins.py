@@ -196,6 +196,25 @@ def test_transposed_convolutions_go_to_the_next_backend():
     assert reasons == ["AOTInductor has no Triton template for a transposed convolution"] * 2
 
 
+def test_the_cuda_support_check_leaves_a_dynamic_programs_sizes_symbolic():
+    """Tracing an op on meta tensors to see what Inductor makes of it read each symbolic size
+    with int(), which specializes it in the program's ShapeEnv: export_llama's dynamic decoder
+    became a program static at its example's 3 tokens, which the proof refused at 1 token."""
+    model, inputs = zoo.load("transformer_block")
+    seq = torch.export.Dim("seq", min=2, max=16)
+    program = torch.export.export(model, inputs, dynamic_shapes=({1: seq},))
+    support = cuda_plugin.composer_operator_support(None, program, {})
+    for node in program.graph.nodes:
+        if node.op == "call_function":
+            support.reason_unsupported(node)
+    cuda_plugin.composer_ops_to_not_decompose(None, program, {})
+    first = next(n for n in program.graph.nodes if n.op == "placeholder" and "val" in n.meta
+                 and n.meta["val"].dim() == 3)  # fmt: skip
+    assert isinstance(first.meta["val"].shape[1], torch.SymInt)
+    plan = composer.plan(program, ["cuda"])
+    assert plan.dynamic_dims and plan.dynamic_dims[0]["dim"] == 1
+
+
 def test_a_view_past_its_tensors_start_never_leaves_a_cuda_delegate():
     """ExecuTorch's CUDA runtime copies out only delegate outputs at storage offset 0: the
     zoo's gru with xnnpack,cuda was refused on the H100 ("SlimTensor storage_offset must be 0,

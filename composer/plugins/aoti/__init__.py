@@ -69,17 +69,33 @@ def extern_kernels_without_templates(
     return _template_lowered_ops().get(op.overloadpacket, ())
 
 
+class _NoHint(Exception):
+    """A size with no example value (an unbacked symbol): the node cannot be traced here."""
+
+
+def _hint(size) -> int:
+    # The example's value, read without a guard: int() of a symbolic size specializes it in
+    # the program's ShapeEnv, and the support check made export_llama's dynamic decoder a
+    # program static at its example's 3 tokens ("Attempted to resize a static tensor").
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        if hint is None:
+            raise _NoHint(str(size))
+        return int(hint)
+    return size
+
+
 def _as_meta(value):
     if isinstance(value, torch.fx.Node):
         value = value.meta.get("val")
     if isinstance(value, torch.Tensor):
-        shape = [int(size) for size in value.shape]
+        shape = [_hint(size) for size in value.shape]
         return torch.empty_strided(
-            shape, [int(s) for s in value.stride()], dtype=value.dtype, device="meta"
+            shape, [_hint(s) for s in value.stride()], dtype=value.dtype, device="meta"
         )
     if isinstance(value, list | tuple):
         return type(value)(_as_meta(item) for item in value)
-    return value
+    return _hint(value)
 
 
 def _signature(value) -> object:
