@@ -30,7 +30,7 @@ import hashlib, json, sys, time
 started = time.perf_counter()
 import torch
 import composer
-from composer import zoo
+from composer.models import zoo
 imported = time.perf_counter() - started
 spec = json.loads(sys.argv[1])
 model, inputs = zoo.load(spec["model"])

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     import corpus_bench
 
     import composer
-    from composer import corpus
+    from composer.models import corpus
 
     corpus_bench._warm_up()
     ratios = []

@@ -1,4 +1,4 @@
-"""composer beside plain ExecuTorch over the corpus of real models (composer/corpus.py).
+"""composer beside plain ExecuTorch over the corpus of real models (composer/models/corpus.py).
 
     .venv/bin/python bench/corpus_bench.py [--models resnet18,bert] \
         [--stacks "xnnpack;openvino;openvino,xnnpack;xnnpack,openvino;measured:openvino,xnnpack"] \
@@ -286,7 +286,7 @@ def _warm_up() -> None:
     import torch
 
     import composer
-    from composer import zoo
+    from composer.models import zoo
 
     model, inputs = zoo.load("cnn")
     with torch.no_grad():
@@ -302,7 +302,7 @@ def child(name: str, stacks: list[str], first_index: int, tune_budget: float, ru
 
     import torch
 
-    from composer import corpus
+    from composer.models import corpus
 
     logging.getLogger().setLevel(logging.ERROR)
     _warm_up()
@@ -535,7 +535,7 @@ def _spread(ratios: list[float]) -> str:
 
 def _in_corpus_order(rows: list[dict]) -> list[dict]:
     """Rows by the corpus's order of models, then the order of STACKS."""
-    from composer import corpus
+    from composer.models import corpus
 
     names = corpus.names()
 
@@ -592,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(_in_corpus_order(list(merged.values())))
         return 0
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from composer import corpus
+    from composer.models import corpus
 
     names = args.models.split(",") if args.models else corpus.names()
     unknown = [n for n in names if n not in corpus.CORPUS]

@@ -5,9 +5,9 @@ with the same stack, side by side.
     .venv/bin/python bench/deploy_bench.py --cases signal,llama --stacks xnnpack
 
 Cases: a Conv1d net over a signal of dynamic length; a 2-layer ``nn.TransformerEncoder`` with a
-dynamic sequence; export_llama's tiny KV-cache decoder (``composer.llama``, dynamic token
+dynamic sequence; export_llama's tiny KV-cache decoder (``composer.models.llama``, dynamic token
 dimension); an LSTM called with its ``(h, c)`` state; PT2E-quantized corpus CNNs
-(XNNPACKQuantizer, ``composer.corpus.quantized``: ResNet-18, MobileNetV2, EfficientNet-B0,
+(XNNPACKQuantizer, ``composer.models.corpus.quantized``: ResNet-18, MobileNetV2, EfficientNet-B0,
 ShuffleNetV2, SqueezeNet). For each stack:
 
 - plain: ``to_edge_transform_and_lower(copy of ep, partitioner=[XnnpackPartitioner(),
@@ -67,7 +67,7 @@ def _encoder():
 
 
 def _llama():
-    from composer import llama
+    from composer.models import llama
 
     return llama.exported()[0]
 
@@ -90,7 +90,7 @@ def _lstm():
 
 def _quantized(name: str, dynamic: bool = False):
     def build():
-        from composer import corpus
+        from composer.models import corpus
 
         return corpus.quantized(name, dynamic=dynamic)
 
@@ -108,7 +108,7 @@ def _example(name: str):
     its factory gives it: example inputs, keyword inputs and dynamic shapes."""
 
     def build():
-        from composer.corpus import _library
+        from composer.models.corpus import _library
 
         _library("torchvision")  # its CPU-less extension's ops defined, as the corpus does
         from executorch.examples.models import MODEL_NAME_TO_MODEL

@@ -32,7 +32,7 @@ import torch
 import torch.fx
 
 import composer
-from composer import zoo
+from composer.models import zoo
 from composer.run import aoti_host, cuda_manifest
 from composer.run.aoti_host import reference_on
 from composer.run.compare import compare, default_tolerance, flatten_tensors

@@ -4,9 +4,9 @@ ExecuTorch's own C++ runtime (bench/et_runtime's ``composer_et_runner``): a 5-to
 decode steps, logits against eager on the GPU at each step, decode tokens per second beside
 eager on the GPU and beside plain ExecuTorch's program, with an A/A control.
 
-Exports of the same seeded weights (``composer.llama.exported(TINY, *flags)``), bf16:
+Exports of the same seeded weights (``composer.models.llama.exported(TINY, *flags)``), bf16:
 
-- ``A``: ``composer.llama.DECODER_FLAGS`` with ``-d bf16`` (export_llama's custom SDPA and cache
+- ``A``: ``composer.models.llama.DECODER_FLAGS`` with ``-d bf16`` (export_llama's custom SDPA and cache
   update ops, ``--use_sdpa_with_kv_cache``), as the issue asks; ``A32``: the same in fp32;
 - ``B``: the same less ``--use_sdpa_with_kv_cache`` (aten SDPA, ``index_copy`` cache updates,
   a dynamic token dimension: what ExecuTorch's CUDA backend swaps its bf16 Triton SDPA into);
@@ -16,7 +16,7 @@ Exports of the same seeded weights (``composer.llama.exported(TINY, *flags)``), 
   b"OFF")``).
 
 The eager reference is the model export_llama prepared and exported (its KV caches, RoPE tables
-and masks made from the seeded checkpoint ``composer.llama.exported`` writes), captured by
+and masks made from the seeded checkpoint ``composer.models.llama.exported`` writes), captured by
 wrapping ``_prepare_for_llama_export``; until 2026-11-26 the script wrapped composer's
 ``_initialize``, which since seeds a model without KV caches (eager then failed with "input_pos
 is unused when use_kv_cache is False").
@@ -106,7 +106,7 @@ def triton_off(variant: str) -> bool:
 
 
 def flags_of(variant: str) -> list[str]:
-    import composer.llama as L
+    import composer.models.llama as L
 
     variant = base_variant(variant)
     flags = ["bf16" if f == "fp32" else f for f in L.DECODER_FLAGS]
@@ -140,7 +140,7 @@ def _capture_prepared() -> None:
 
 def export(variant: str):
     """(program, metadata, eager nn.Module, seconds) of one variant, buffers initialized."""
-    import composer.llama as L
+    import composer.models.llama as L
 
     _capture_prepared()
     start = time.perf_counter()

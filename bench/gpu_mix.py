@@ -139,7 +139,7 @@ class ConvStemTransformer(nn.Module):
 
     def __init__(self, dim: int = 192, blocks: int = 2, classes: int = 1000) -> None:
         super().__init__()
-        from composer.zoo import TransformerBlock
+        from composer.models.zoo import TransformerBlock
 
         widths = [3, 32, 64, 128, dim]
         self.stem = nn.Sequential(*(

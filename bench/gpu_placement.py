@@ -25,7 +25,7 @@ import time
 import warnings
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 
 def load(name: str):

@@ -20,7 +20,7 @@ with those backends' own partitioners in that order (``plain:vulkan,xnnpack``:
 ``[VulkanPartitioner(), XnnpackPartitioner()]``, as ExecuTorch's LLM export stacks ``-V -X``),
 written as is (no proof); its first run in the runner is compared with eager and recorded.
 
-Models: zoo names (``composer.zoo``) and bench/gpu_mix.py's models built to mix (``cell``,
+Models: zoo names (``composer.models.zoo``) and bench/gpu_mix.py's models built to mix (``cell``,
 ``rnn64``, ``segmenter``, ``hybrid``), as bench/gpu_placement.py loads them. Results: one JSON
 object a line in ``OUT/wins.jsonl``; the table on stdout.
 """

@@ -25,9 +25,9 @@ import warnings
 import torch
 
 import composer
-from composer import zoo
 from composer.contract.errors import ComposerError
 from composer.measure.latency import interleaved
+from composer.models import zoo
 from composer.run.compare import compare
 from composer.run.runtime import LoadedProgram
 

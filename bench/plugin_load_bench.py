@@ -39,7 +39,7 @@ STEP = r"""
 import json, sys, time
 started = time.perf_counter()
 import composer
-from composer import zoo
+from composer.models import zoo
 spec = json.loads(sys.argv[1])
 model, inputs = zoo.load(spec["model"])
 composing = time.perf_counter()

@@ -18,7 +18,7 @@ import statistics
 import time
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 PROOF_SECONDS = re.compile(r"in ([0-9.]+) s \(")
 

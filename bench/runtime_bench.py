@@ -22,8 +22,8 @@ import warnings
 import torch
 
 import composer
-from composer import zoo
 from composer.measure.latency import interleaved
+from composer.models import zoo
 from composer.run.compare import compare
 from composer.run.runtime import LoadedProgram
 

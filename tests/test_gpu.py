@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 # ExecuTorch's own C++ runtime, where built: the tests that check it set it again; the others
 # check composer's libtorch host, which verify() uses without it (the fixture below unsets it

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 
+from composer.models.synthetic import AllButCumsum, chain_with_residuals
 from composer.scheduler.convex import partition_convex
 from composer.scheduler.validate import find_tag_cycle
-from composer.synthetic import AllButCumsum, chain_with_residuals
 
 
 def lines_run(function) -> int:

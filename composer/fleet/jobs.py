@@ -72,7 +72,7 @@ def run_job(job: Mapping[str, str], bench: int = 0) -> dict[str, Any]:
     # collector off recovered only part of it; why the order matters so much is not settled.
     import executorch.exir  # noqa: F401
 
-    from composer.model_source import load_model
+    from composer.models.model_source import load_model
     from composer.pipeline.compose import compose
     from composer.report.golden import golden_summary
 
