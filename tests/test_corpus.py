@@ -2,7 +2,7 @@
 composed as a user would: the program ran in the ExecuTorch runtime and matched eager.
 
 A few models from different libraries run in the normal suite; every model over every stack
-runs with ``pytest -m corpus tests/test_corpus.py`` (long: bench/corpus_bench.py times the
+runs with ``pytest -m corpus tests/test_corpus.py`` (long: bench/latency/corpus_bench.py times the
 same cases beside plain ExecuTorch).
 """
 

@@ -33,7 +33,7 @@ def test_cuda_lowering_is_real_and_wired_right(stack):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench" / "gpu"))
     from gpu_check import copy_check, numerics, pte_check
 
     model, inputs = zoo.load("transformer_block")

@@ -4,7 +4,7 @@ The work is counted, not timed: CPU time on a shared 2-core CI machine swings wi
 neighbours and caches (CI once saw a 2.64 ratio for linear code), while the lines of Python
 the algorithm executes are the same on every run and exactly double with the graph when it
 is linear; a quadratic step in Python shows as a ratio near 4. A quadratic step inside one
-builtin call (``list.index`` in a loop) is not seen here; bench/partition_bench.py times it.
+builtin call (``list.index`` in a loop) is not seen here; bench/compose/partition_bench.py times it.
 """
 
 from __future__ import annotations

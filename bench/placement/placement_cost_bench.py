@@ -1,6 +1,6 @@
 """What measured placement costs next to one priority compose (issue 42 item 3).
 
-    .venv/bin/python bench/placement_cost_bench.py [--models transformer_block,mlp,cnn,gru] \
+    .venv/bin/python bench/placement/placement_cost_bench.py [--models transformer_block,mlp,cnn,gru] \
         [--stack openvino,xnnpack] [--json bench/results/placement_cost_NAME.json] [--profile]
 
 For each zoo model, in one process: ``composer.compose(model, stack, inputs, cache=False)`` (a

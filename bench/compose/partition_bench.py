@@ -1,7 +1,7 @@
 """Planner benchmark: composer's partitioner against torch.fx's CapabilityBasedPartitioner.
 
-    .venv/bin/python bench/partition_bench.py            # everything (several minutes)
-    .venv/bin/python bench/partition_bench.py --quick    # small sizes, anchor capped at 20 s
+    .venv/bin/python bench/compose/partition_bench.py            # everything (several minutes)
+    .venv/bin/python bench/compose/partition_bench.py --quick    # small sizes, anchor capped at 20 s
 
 Prints, in one run and on the same graphs with the same support: partition counts and times
 for several graph shapes; composer planning 100k nodes with three backends; peak memory; and

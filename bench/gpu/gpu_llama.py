@@ -23,11 +23,11 @@ is unused when use_kv_cache is False").
 
 Subcommands (the first is the one device command; the others are what it runs):
 
-    python3 bench/gpu_llama.py device [--measure] [--pytest] --limit 555 --tree DIR --commit C
+    python3 bench/gpu/gpu_llama.py device [--measure] [--pytest] --limit 555 --tree DIR --commit C
         [--early "TASKS TASKS ..."] [--late "..."] [--programs-carry programs.tar.xz]
-    python3 bench/gpu_llama.py lower --tasks "compose:Coff:cuda;plain:Coff:plain"
-    python3 bench/gpu_llama.py measure --runner PATH       # GPU_LLAMA_ROUNDS=8 for more rounds
-    python3 bench/gpu_llama.py pytest --tree DIR           # tests/test_gpu.py -m gpu there
+    python3 bench/gpu/gpu_llama.py lower --tasks "compose:Coff:cuda;plain:Coff:plain"
+    python3 bench/gpu/gpu_llama.py measure --runner PATH       # GPU_LLAMA_ROUNDS=8 for more rounds
+    python3 bench/gpu/gpu_llama.py pytest --tree DIR           # tests/test_gpu.py -m gpu there
 
 A task is ``compose:VARIANT:STACK``, ``plain:VARIANT[:RECIPE]`` (``plain``: the issue's
 ``to_edge_transform_and_lower(program, partitioner=[CudaPartitioner([...])])``;
@@ -41,7 +41,7 @@ carry those two, ``bench/et_runtime/src``, ``.whl`` and ``.whl-llama``):
     [ -f bench/et_runtime/carry/runner.tar.xz ] && tar -xJf bench/et_runtime/carry/runner.tar.xz -C /
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl .whl-llama/*.whl
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target /tmp/site /tmp/head
-    PYTHONPATH=/tmp/site python3 bench/gpu_llama.py device --measure --limit 555 --tree /tmp/head \
+    PYTHONPATH=/tmp/site python3 bench/gpu/gpu_llama.py device --measure --limit 555 --tree /tmp/head \
         --commit $(cat $C/COMMIT) --early "..." --late "..."
 
 Results: one JSON object a line in ``$OUT/gpu_llama.jsonl`` (``kind`` says what each is);
@@ -63,7 +63,7 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORK = Path(os.environ.get("GPU_LLAMA_WORK", "/tmp/gl"))
 PROGRAMS = WORK / "programs"
 RESULTS = WORK / "gpu_llama.jsonl"

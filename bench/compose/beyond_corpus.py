@@ -1,6 +1,6 @@
 """composer on models outside its corpus: does each compose, run and match eager?
 
-    .venv/bin/python bench/beyond_corpus.py [--stack openvino,xnnpack] [--models a,b] \
+    .venv/bin/python bench/compose/beyond_corpus.py [--stack openvino,xnnpack] [--models a,b] \
         [--out bench/results/beyond_corpus.jsonl]
 
 The corpus (composer/models/corpus.py) is what the suite and corpus_bench.py judge composer by; these

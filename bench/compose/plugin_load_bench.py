@@ -1,6 +1,6 @@
 """Composing again in a new process with a heavy third-party plugin installed (issue 24).
 
-    .venv/bin/python bench/plugin_load_bench.py [--model mlp] [--backends xnnpack]
+    .venv/bin/python bench/compose/plugin_load_bench.py [--model mlp] [--backends xnnpack]
 
 A third-party plugin that imports ``executorch.exir`` at module level is installed into a
 temporary folder (a dist-info with its entry point, on ``PYTHONPATH``), as ``pip install``

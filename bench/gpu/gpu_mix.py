@@ -10,7 +10,7 @@
 - ``--model hybrid``: a convolution stem, then transformer blocks (the stem on XNNPACK).
 
     source bench/gpu_setup.sh
-    python3 bench/gpu_mix.py [--model gru] [--width 4096] [--steps 16] [--batch 64] [--size 512]
+    python3 bench/gpu/gpu_mix.py [--model gru] [--width 4096] [--steps 16] [--batch 64] [--size 512]
                              [--threads 1]
 
 Composes each three ways, each lowered for real: xnnpack alone, cuda alone, and

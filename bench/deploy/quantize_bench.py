@@ -1,8 +1,8 @@
 """Quantize for the stack (issue 34): an int8 backend beside a float one in one program, against
 the all-float and all-int8 programs and ExecuTorch's own ``ExportRecipe.combine``.
 
-    .venv/bin/python bench/quantize_bench.py                    # every model below
-    .venv/bin/python bench/quantize_bench.py --models transformer_block --runs 200
+    .venv/bin/python bench/deploy/quantize_bench.py                    # every model below
+    .venv/bin/python bench/deploy/quantize_bench.py --models transformer_block --runs 200
 
 For each model (composer.models.zoo, seeded; ``MODELS``, with its pins), with 8 random calibration
 batches:
