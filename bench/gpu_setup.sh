@@ -9,7 +9,7 @@
 # runtime that runs XNNPACK delegates beside CUDA ones under torch 2.11); pluggy, attrs, flatbuffers, hypothesis were
 # already there.
 # Usage: source bench/gpu_setup.sh
-# Then: python3 bench/gpu_check.py, or python3 -m pytest tests/test_gpu.py -m gpu -p no:hydra_pytest
+# Then: python3 bench/gpu/gpu_check.py, or python3 -m pytest tests/test_gpu.py -m gpu -p no:hydra_pytest
 # -o addopts="" (hydra-core's own pytest plugin fails to import with the carried antlr4 4.13).
 if [ ! -d /tmp/site/executorch ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

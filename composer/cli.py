@@ -72,7 +72,7 @@ def _backends(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     import composer
-    from composer.model_source import load_model
+    from composer.models.model_source import load_model
 
     stack = _stack(args)
     model, inputs = load_model(args.model, args.dynamic)
@@ -84,7 +84,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _lower(args: argparse.Namespace) -> int:
     import composer
     from composer.lower.atomic import check_writable
-    from composer.model_source import load_model
+    from composer.models.model_source import load_model
 
     report = Path(args.report) if args.report else None
     if report is not None and report.suffix not in REPORT_SUFFIXES:
@@ -143,7 +143,7 @@ def _lower_methods(args, stack, forward, progress, output: Path, report: Path | 
     from torch.export import ExportedProgram
 
     import composer
-    from composer.model_source import load_model
+    from composer.models.model_source import load_model
 
     if args.bench or args.quantize:
         raise ComposerError(
@@ -225,7 +225,7 @@ def _render_methods_report(composition, path: Path, title: str) -> str:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from composer.model_source import load_model
+    from composer.models.model_source import load_model
     from composer.run import cpp_runtime
     from composer.run.inputs import flat_inputs
     from composer.run.runtime import LoadedProgram, runtime_can_run
@@ -368,7 +368,7 @@ def _load_inputs(path: Path) -> tuple:
 
 def _explain(args: argparse.Namespace) -> int:
     import composer
-    from composer.model_source import load_model
+    from composer.models.model_source import load_model
 
     stack = _stack(args)
     model, inputs = load_model(args.model, args.dynamic)

@@ -225,8 +225,8 @@ def check_plugin(
     """
     import warnings
 
-    from composer import zoo
     from composer.contract.errors import ComposerWarning
+    from composer.models import zoo
     from composer.registry.discovery import PluginInfo, Registry
 
     registry = Registry.from_entry_points()

@@ -20,9 +20,9 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import PreprocessResult
 
 import composer
-from composer import zoo
 from composer.contract.errors import ComposerError
 from composer.measure import hosted_trace
+from composer.models import zoo
 from composer.run import aoti_host, cuda_manifest, runtime, torch_free_runtime
 from composer.run.compare import compare, flatten_tensors
 from composer.run.cuda_manifest import ManifestFormatError, parse_manifest

@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 import composer
-from composer import zoo
 from composer.contract.errors import BackendListError, ComposerError
+from composer.models import zoo
 from composer.plugins.aoti import becomes_fallback_kernel
 from composer.plugins.cuda import plugin as cuda_plugin
 from composer.registry.discovery import default_registry

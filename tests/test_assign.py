@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import composer
-from composer import zoo
 from composer.contract.errors import PartitionError
+from composer.models import zoo
 from composer.registry.discovery import default_registry
 from composer.scheduler.assign import assign, warn_about_pins_naming_no_op
 from composer.scheduler.partitioner import ComposerPartitioner

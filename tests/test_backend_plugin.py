@@ -13,10 +13,10 @@ from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import zoo
 from composer.contract import hookspecs
 from composer.contract.errors import ComposerWarning, PluginError
 from composer.contract.hookspecs import BackendPlugin
+from composer.models import zoo
 from composer.registry.discovery import PluginInfo, Registry
 
 HERE = Path(__file__).parent

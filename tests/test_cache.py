@@ -18,11 +18,12 @@ from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import BackendSpec, Registry, zoo
+from composer import BackendSpec, Registry
 from composer.cli import main
 from composer.contract.errors import ComposerError, ComposerWarning
 from composer.contract.hookspecs import hookimpl
 from composer.lower.cache import Store, evict, info
+from composer.models import zoo
 from composer.registry import discovery as registry_module
 from composer.run.runtime import LoadedProgram
 
@@ -278,7 +279,7 @@ def test_the_size_bound_is_read_from_the_environment(monkeypatch, tmp_path):
 
 WRITER = """
 import sys, composer
-from composer import zoo
+from composer.models import zoo
 model, inputs = zoo.load("mlp")
 composition = composer.compose(model, ["xnnpack"], inputs)
 sys.stdout.write(composition.buffer.hex()[:64])

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from composer import zoo
 from composer.cli import main
+from composer.models import zoo
 
 
 def run(capsys, *argv):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import composer
-from composer import zoo
+from composer.models import zoo
 from composer.scheduler.consolidate import islands_to_move
 from composer.testing import _lowered_with_stand_ins
 

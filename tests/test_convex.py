@@ -12,16 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-from composer.scheduler.convex import partition_convex
-from composer.scheduler.validate import find_tag_cycle
-from composer.synthetic import (
+from composer.models.synthetic import (
     AllButCumsum,
     chain_with_residuals,
     random_dag,
     transformer_like,
     wide_branching,
 )
-from composer.zoo import ZOO, load
+from composer.models.zoo import ZOO, load
+from composer.scheduler.convex import partition_convex
+from composer.scheduler.validate import find_tag_cycle
 
 
 def anchor_count(graph_module) -> int:

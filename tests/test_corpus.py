@@ -1,8 +1,8 @@
-"""Real architectures (composer/corpus.py: torchvision, timm, transformers, random weights)
+"""Real architectures (composer/models/corpus.py: torchvision, timm, transformers, random weights)
 composed as a user would: the program ran in the ExecuTorch runtime and matched eager.
 
 A few models from different libraries run in the normal suite; every model over every stack
-runs with ``pytest -m corpus tests/test_corpus.py`` (long: bench/corpus_bench.py times the
+runs with ``pytest -m corpus tests/test_corpus.py`` (long: bench/latency/corpus_bench.py times the
 same cases beside plain ExecuTorch).
 """
 
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import composer
-from composer import corpus
 from composer.cli import main
 from composer.contract.errors import ModelError
-from composer.model_source import load_model
+from composer.models import corpus
+from composer.models.model_source import load_model
 
 RAN = "ran and matched eager"
 

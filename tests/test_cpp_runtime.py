@@ -67,7 +67,7 @@ ET_RUNNER = os.environ.get(cpp_runtime.RUNNER_VARIABLE)
 @pytest.mark.parametrize("stack", [["xnnpack", "cuda"], ["cuda"]], ids=",".join)
 def test_a_kv_cache_carries_across_calls_of_one_program_in_executorchs_runtime(tmp_path, stack):
     import composer
-    from composer import zoo
+    from composer.models import zoo
 
     # llama_decoder writes its KV cache in place (index_copy_): a decoding loop of 3 steps, 4 new
     # tokens each, in one loaded program, against eager stepping from a fresh model. The CUDA
@@ -110,7 +110,7 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
     # alone in the runner, so only those that fail there move (ExecuTorch 1.5.1's Vulkan
     # partitioner claims logical_not, which the runtime of 2026-08-22 has no operator for:
     # "Missing operator: aten.logical_not.default"), not every Vulkan partition.
-    from composer import zoo
+    from composer.models import zoo
 
     monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, VULKAN_RUNNER)
     model, inputs = zoo.load("transformer_block")
@@ -132,7 +132,7 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
 )
 def test_measured_placement_times_its_candidates_in_the_runner(monkeypatch, tmp_path):
     # Timed where the programs deploy: hosted timing ranked them otherwise on the H100.
-    from composer import zoo
+    from composer.models import zoo
 
     monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, VULKAN_RUNNER)
     monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path))

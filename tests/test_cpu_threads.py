@@ -31,7 +31,7 @@ def test_measured_placement_times_with_the_threads_set_and_its_config_repeats_th
         import json, warnings
         warnings.simplefilter("ignore")
         import composer
-        from composer import zoo
+        from composer.models import zoo
         from composer.run import cpu_threads
         model, inputs = zoo.load("mlp")
         stack = composer.Stack(["xnnpack"], placement="measured", threads=1)
@@ -67,7 +67,7 @@ def test_the_runtime_default_is_not_written_into_the_config(tmp_path):
         import warnings
         warnings.simplefilter("ignore")
         import composer
-        from composer import zoo
+        from composer.models import zoo
         from composer.run import cpu_threads
         model, inputs = zoo.load("mlp")
         plan = composer.compose(model, ["xnnpack"], inputs, placement="measured", cache=False).plan
@@ -88,7 +88,7 @@ def test_run_on_the_command_line_with_threads(tmp_path):
         import warnings
         warnings.simplefilter("ignore")
         import composer
-        from composer import zoo
+        from composer.models import zoo
         model, inputs = zoo.load("mlp")
         composer.compose(model, ["xnnpack"], inputs, cache=False).save({str(pte)!r})
         """,
@@ -133,7 +133,7 @@ def test_the_torch_free_runtime_takes_the_threads_too(tmp_path):
         import warnings
         warnings.simplefilter("ignore")
         import torch, composer
-        from composer import zoo
+        from composer.models import zoo
         from composer.run import cpu_threads
         from composer.run.aoti_host import program_runner
         from composer.run.compare import compare

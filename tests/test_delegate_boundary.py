@@ -22,22 +22,23 @@ from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import BackendSpec, zoo
+from composer import BackendSpec
 from composer.contract.errors import PluginError
 from composer.contract.hookspecs import hookimpl
 from composer.contract.op_names import op_name
+from composer.models import zoo
+from composer.models.synthetic import AllButCumsum, random_dag
 from composer.registry import discovery as registry_module
 from composer.scheduler.boundary import partition_within_boundary
 from composer.scheduler.validate import find_tag_cycle
-from composer.synthetic import AllButCumsum, random_dag
 
 DIM_ORDER_COPY = "dim_order_ops._to_dim_order_copy.default"
 ZERO_D = "its output would leave the delegate as a 0-d tensor"
 
 
 def torchvision():
-    from composer import corpus
     from composer.contract.errors import ModelError
+    from composer.models import corpus
 
     try:
         return corpus._library("torchvision")
@@ -132,7 +133,7 @@ def test_xnnpack_then_openvino_runs_timm_ghostnet_block_as_composed():
     # timm's GhostModule ends in out[:, :out_chs], a full slice: an alias_copy. XNNPACK leaves
     # those, and an OpenVINO delegate of nothing but aliases never wrote its outputs: the
     # program ran and was wrong (ghostnet: max error 0.16).
-    from composer import corpus
+    from composer.models import corpus
 
     ghostnet = corpus._library("timm").models.ghostnet
     torch.manual_seed(0)

@@ -15,7 +15,7 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from plugins_for_tests import TagEverything, is_delegate_call
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 NO_IR_CHECK = EdgeCompileConfig(_check_ir_validity=False)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 # ExecuTorch's own C++ runtime, where built: the tests that check it set it again; the others
 # check composer's libtorch host, which verify() uses without it (the fixture below unsets it
@@ -33,7 +33,7 @@ def test_cuda_lowering_is_real_and_wired_right(stack):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench" / "gpu"))
     from gpu_check import copy_check, numerics, pte_check
 
     model, inputs = zoo.load("transformer_block")

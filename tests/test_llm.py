@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import composer
-from composer import llama
 from composer.contract.errors import ModelError
+from composer.models import llama
 from composer.run.runtime import LoadedProgram
 
 

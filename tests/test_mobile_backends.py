@@ -22,8 +22,8 @@ import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 
 import composer
-from composer import zoo
 from composer.measure.etdump import delegate_backend_ids
+from composer.models import zoo
 from composer.registry.discovery import default_registry
 from composer.run.verification import REFERENCE
 
@@ -148,7 +148,7 @@ def test_importing_vulkans_partitioner_leaves_the_root_logger_alone():
     # ExecuTorch's Vulkan partitioner sets the root logger to INFO when imported; after that
     # every library's INFO lines would print. A fresh process, as the import happens once.
     code = (
-        "import logging; from composer import zoo; import composer\n"
+        "import logging; from composer.models import zoo; import composer\n"
         "model, inputs = zoo.load('mlp')\n"
         "composer.plan(model, ['vulkan'], inputs, cache=False)\n"
         "print(logging.getLogger().level)\n"

@@ -11,9 +11,9 @@ from eager_check import assert_runs_like_eager
 from executorch.exir._serialize._program import deserialize_pte_binary, serialize_pte_binary
 
 import composer
-from composer import zoo
 from composer.cli import main
 from composer.contract.errors import ComposerError
+from composer.models import zoo
 from composer.run.runtime import LIBRARY_SPEC_KEY, LoadedProgram, program_libraries
 
 

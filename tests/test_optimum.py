@@ -1,4 +1,4 @@
-"""optimum-executorch's ``main_export(..., recipe="composer")`` (composer/optimum.py): a
+"""optimum-executorch's ``main_export(..., recipe="composer")`` (composer/models/optimum.py): a
 transformers causal LM from a small config, exported by optimum's own task code, composed with a
 stack; its program prefills and decodes like the one optimum's own XNNPACK recipe writes.
 
@@ -16,7 +16,7 @@ from executorch.runtime import Runtime
 from optimum.exporters.executorch import main_export
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import composer.optimum  # noqa: F401 - registers the recipe
+import composer.models.optimum  # noqa: F401 - registers the recipe
 
 
 def _logits(program_path, steps):

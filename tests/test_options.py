@@ -7,9 +7,10 @@ import torch
 from plugins_for_tests import Everything, registry_with
 
 import composer
-from composer import ComposerError, Option, PluginError, zoo
+from composer import ComposerError, Option, PluginError
 from composer.cli import main
 from composer.contract.hookspecs import hookimpl
+from composer.models import zoo
 
 KNOWN = {
     "tensorrt_stub": "none",

@@ -13,7 +13,7 @@ from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import BackendSpec, zoo
+from composer import BackendSpec
 from composer.cli import main
 from composer.config import stack_from_text
 from composer.contract.hookspecs import hookimpl
@@ -26,6 +26,7 @@ from composer.measure.region_choice import cheapest_path, proposal
 from composer.measure.region_costs import Costs, costs
 from composer.measure.region_layouts import layouts, pins
 from composer.measure.regions import Region, _has_kernel, cut, portable_kernels, topological_order
+from composer.models import zoo
 from composer.scheduler.plans import Partition as PlanPartition
 from composer.scheduler.plans import Plan
 

@@ -14,11 +14,12 @@ from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import BackendSpec, zoo
+from composer import BackendSpec
 from composer.cli import main
 from composer.contract.errors import PluginError
 from composer.contract.hookspecs import hookimpl
 from composer.contract.op_names import op_name
+from composer.models import zoo
 from composer.registry import discovery as registry_module
 
 

@@ -14,9 +14,10 @@ import torch
 from plugins_for_tests import GreedyPlugin, registry_with
 
 import composer
-from composer import BackendListError, BackendSpec, PluginError, zoo
+from composer import BackendListError, BackendSpec, PluginError
 from composer.contract.errors import ComposerWarning
 from composer.contract.hookspecs import hookimpl
+from composer.models import zoo
 from composer.registry.discovery import PluginInfo, Registry, default_registry
 
 HERE = Path(__file__).parent
@@ -216,7 +217,7 @@ def installed_plugins(tmp_path_factory) -> Path:
 SCRIPT = """
 import json, sys, warnings
 import composer
-from composer import zoo
+from composer.models import zoo
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     registry = composer.default_registry()

@@ -13,8 +13,9 @@ from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 import composer
-from composer import BackendSpec, ComposerError, zoo
+from composer import BackendSpec, ComposerError
 from composer.contract.hookspecs import hookimpl
+from composer.models import zoo
 from composer.run.proof import localize
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 
 import composer
-from composer.strategies import models, stacks
+from composer.models.strategies import models, stacks
 from composer.testing import check_convex
 
 SHIPPED = ["tensorrt_stub", "xnnpack"]

@@ -8,7 +8,7 @@ import torch
 from executorch.runtime import Runtime
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 pytest.importorskip("openvino")
 

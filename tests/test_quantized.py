@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import composer
-from composer import corpus
 from composer.contract.hookspecs import hookimpl
+from composer.models import corpus
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def _dynamically_quantized_mlp() -> torch.export.ExportedProgram:
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from composer import zoo
+    from composer.models import zoo
 
     model, inputs = zoo.load("mlp")
     quantizer = XNNPACKQuantizer().set_global(
@@ -78,7 +78,7 @@ def test_an_op_goes_without_the_static_quantize_of_its_input():
     # before its partition, as TOSA's partitioner leaves it). With the first quantize pinned
     # off XNNPACK, the first linear stays on XNNPACK with its dequantize; before, the linear
     # and everything after it waited for that quantize and went to portable kernels.
-    from composer import zoo
+    from composer.models import zoo
 
     model, inputs = zoo.load("mlp")
     program = composer.quantize(model, "xnnpack", inputs)
@@ -135,7 +135,7 @@ def test_quantize_and_dequantize_kept_whole_and_left_run_on_portable_kernels():
     # (its _QUANT_PRIMITIVES); composer's raised KeptWholeButLeft for them, twice, and gave up.
     from plugins_for_tests import registry_with
 
-    from composer import zoo
+    from composer.models import zoo
 
     model, inputs = zoo.load("mlp")
     program = composer.quantize(model, "xnnpack", inputs)

@@ -11,7 +11,7 @@ from executorch.export.target_recipes import get_ios_recipe
 from executorch.runtime import Runtime
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 
 def test_an_int8_xnnpack_recipe_quantizes_and_composes_on_xnnpack():

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from plugins_for_tests import GreedyPlugin, registry_with
 
 import composer
-from composer import zoo
 from composer.cli import main
 from composer.lower import atomic
-from composer.strategies import models, stacks
+from composer.models import zoo
+from composer.models.strategies import models, stacks
 from composer.testing import check_convex
 
 
@@ -179,7 +179,7 @@ REPRODUCE = """
 import hashlib, warnings
 warnings.filterwarnings("ignore")
 import composer
-from composer import zoo
+from composer.models import zoo
 model, inputs = zoo.load("llama_block")
 composition = composer.compose(model, ["tensorrt_stub", "xnnpack"], inputs)
 print(hashlib.sha256(composition.buffer).hexdigest())

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageColor
 
 import composer
-from composer import zoo
+from composer.models import zoo
 from composer.report.html import render_html
 from composer.run import cpu_threads
 from composer.scheduler.plans import PORTABLE

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import composer
-from composer import zoo
 from composer.contract.errors import ComposerError
+from composer.models import zoo
 from composer.run.runtime import LoadedProgram
 
 

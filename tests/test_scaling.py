@@ -4,16 +4,16 @@ The work is counted, not timed: CPU time on a shared 2-core CI machine swings wi
 neighbours and caches (CI once saw a 2.64 ratio for linear code), while the lines of Python
 the algorithm executes are the same on every run and exactly double with the graph when it
 is linear; a quadratic step in Python shows as a ratio near 4. A quadratic step inside one
-builtin call (``list.index`` in a loop) is not seen here; bench/partition_bench.py times it.
+builtin call (``list.index`` in a loop) is not seen here; bench/compose/partition_bench.py times it.
 """
 
 from __future__ import annotations
 
 import sys
 
+from composer.models.synthetic import AllButCumsum, chain_with_residuals
 from composer.scheduler.convex import partition_convex
 from composer.scheduler.validate import find_tag_cycle
-from composer.synthetic import AllButCumsum, chain_with_residuals
 
 
 def lines_run(function) -> int:

@@ -11,7 +11,7 @@ from plugins_for_tests import registry_with as make_registry
 from torch import nn
 
 import composer
-from composer import zoo
+from composer.models import zoo
 from composer.scheduler.partitioner import ComposerPartitioner
 
 NO_IR_CHECK = EdgeCompileConfig(_check_ir_validity=False)

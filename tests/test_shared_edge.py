@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import composer
-from composer import corpus, zoo
+from composer.models import corpus, zoo
 from composer.lower.shared_edge import sharing_edge_programs
 from composer.measure.candidates import Candidate, candidates
 from composer.registry.discovery import default_registry

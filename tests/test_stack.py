@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import composer
-from composer import zoo
 from composer.config import stack_from
 from composer.contract.errors import BackendListError, ComposerError
+from composer.models import zoo
 from composer.registry.stack import Stack
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import composer
-from composer import zoo
 from composer.lower.stack import lower_stack
+from composer.models import zoo
 from composer.registry.discovery import default_registry
 from composer.registry.stack import Stack
 

@@ -11,7 +11,7 @@ import composer.pipeline.compose  # noqa: F401
 pytest_plugins = ["pytester"]
 
 USER_TEST = """
-from composer import zoo
+from composer.models import zoo
 
 def test_cumsum_mlp_composition(composer_check):
     model, inputs = zoo.load("cumsum_mlp")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from composer import zoo
+from composer.models import zoo
 
 STACKS = {
     "xnnpack": ["xnnpack"],

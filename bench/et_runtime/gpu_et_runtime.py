@@ -114,7 +114,7 @@ def summary(seconds: list[float]) -> dict:
 
 def eager_on_gpu(model, inputs):
     """The model on the GPU; where it makes CPU tensors itself, its exported graph with the
-    factory ops moved there (as bench/gpu_check.py does)."""
+    factory ops moved there (as bench/gpu/gpu_check.py does)."""
     module = copy.deepcopy(model).to("cuda")
     try:
         with torch.no_grad():

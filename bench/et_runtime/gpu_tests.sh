@@ -75,7 +75,7 @@ if [ -x "$runner" ]; then
   echo "--- (c) $(left) s left: Composition.verify()"
   timeout "$(at_most 140)" python3 - <<'EOF2' 2>&1 | tee -a "$R/lower_run_verify.log"
 import composer
-from composer import zoo
+from composer.models import zoo
 
 model, inputs = zoo.load("llama_decoder")
 composition = composer.compose(model, "xnnpack,cuda", inputs)  # composer's cache: (b)'s program

@@ -68,11 +68,11 @@ def run_job(job: Mapping[str, str], bench: int = 0) -> dict[str, Any]:
     # ExecuTorch's exir first: its edge dialect parses a YAML file as it is imported, which took
     # 2 to 3 times as long after composer's other modules (in a Ray worker, with Ray's on the
     # heap too): a worker's first job waited about 8 s for its imports on Ray rather than 4, and
-    # 5 s rather than 4 in a local worker (bench/ray_scale_bench.py, 2 cores). Turning the
+    # 5 s rather than 4 in a local worker (bench/fleet/ray_scale_bench.py, 2 cores). Turning the
     # collector off recovered only part of it; why the order matters so much is not settled.
     import executorch.exir  # noqa: F401
 
-    from composer.model_source import load_model
+    from composer.models.model_source import load_model
     from composer.pipeline.compose import compose
     from composer.report.golden import golden_summary
 

@@ -59,7 +59,7 @@ def proposal(
     """What the search proposes: the cheapest assignment by ``cheapest_path``, its estimate, and a
     note when it is not that. Every region on one backend is that backend alone, which
     measured placement times whole anyway; the cheapest mix is proposed instead, since the
-    estimate is a sum of parts (on the H100, bench/gpu_mix.py's 64-step RNN then a head with
+    estimate is a sum of parts (on the H100, bench/gpu/gpu_mix.py's 64-step RNN then a head with
     XNNPACK on 16 threads: CUDA everywhere estimated 731 us, the best mix 739; timed whole,
     the recurrence on XNNPACK and the head on CUDA ran in 534 us, CUDA alone in 626)."""
     chosen = cheapest_path(regions, measured)

@@ -22,7 +22,7 @@ MAX_REGIONS = 40  # more are merged, smallest neighbours first: each is a call t
 
 
 # Hosted (CUDA in the stack, on a GPU), each region a layout puts on CUDA is a .so of its own,
-# tens of seconds to compile (bench/gpu_mix.py's 32-step RNN then a head: cut into 21 regions,
+# tens of seconds to compile (bench/gpu/gpu_mix.py's 32-step RNN then a head: cut into 21 regions,
 # the layouts hold 31 CUDA partitions; into 8, 12).
 HOSTED_MAX_REGIONS = 8
 

@@ -20,7 +20,7 @@ from composer.scheduler.plans import QUANTIZED_OPS
 
 # Steps an integer output of an int8 kernel may differ from the simulation's: rounding differs
 # per op and adds up along the network. Measured, XNNPACK's int8 ResNet-18 at 64 px: 2 steps
-# with fresh weights, 6 with batch-norm statistics calibrated (composer.corpus).
+# with fresh weights, 6 with batch-norm statistics calibrated (composer.models.corpus).
 STEPS = 8
 _DEQUANTIZE = (
     "quantized_decomposed.dequantize_per_tensor",

@@ -1,7 +1,7 @@
 """Issue 43 item 4: sweep throughput on Ray with 1 and 2 worker nodes of one CPU each, beside the
 local-process executor with 1 and 2 workers, and Ray's overhead per job beside the job itself.
 
-    .venv/bin/python bench/ray_scale_bench.py [--models zoo:mlp,...] \
+    .venv/bin/python bench/fleet/ray_scale_bench.py [--models zoo:mlp,...] \
         [--runs ray:1,ray:2,local:1,local:2,ray:1,ray:2] [--out bench/results/ray_scale_cpu.json]
 
 Each Ray run starts its own cluster on the loopback address (composer.fleet.on_ray's

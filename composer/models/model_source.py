@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from composer import corpus, zoo
 from composer.contract.errors import ModelError
+from composer.models import corpus, zoo
 
 
 def load_model(source: str, dynamic: Sequence[str] = ()) -> tuple[Any, tuple | None]:

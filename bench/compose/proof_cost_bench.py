@@ -1,6 +1,6 @@
 """What the compose-time proof costs next to composing (issue 23 item 4: under 5% on the zoo).
 
-    .venv/bin/python bench/proof_cost_bench.py [--models mlp,cnn] [--stacks xnnpack "openvino,xnnpack"]
+    .venv/bin/python bench/compose/proof_cost_bench.py [--models mlp,cnn] [--stacks xnnpack "openvino,xnnpack"]
 
 For each zoo model and stack, composes twice without the cache, in turns: with the proof
 (``check=True``, the default) and without (``check=False``). The proof's own seconds come from
@@ -18,7 +18,7 @@ import statistics
 import time
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 PROOF_SECONDS = re.compile(r"in ([0-9.]+) s \(")
 

@@ -3,7 +3,7 @@ recipe="composer", recipe_kwargs={"backends": "xnnpack,openvino"})`` exports a t
 model with optimum's own task code (its static KV cache, its custom SDPA where asked) and
 composes every program it exports with the stack, proven, instead of a single partitioner.
 
-    import composer.optimum  # registers the recipe with optimum-executorch
+    import composer.models.optimum  # registers the recipe with optimum-executorch
     from optimum.exporters.executorch import main_export
 
     main_export("path/to/model", task="text-generation", recipe="composer",

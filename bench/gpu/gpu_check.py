@@ -1,7 +1,7 @@
 """The GPU check: lower stacks with the real CUDA backend, run the compiled code, check it.
 
-    python bench/gpu_check.py                      # on a machine with a CUDA GPU
-    python bench/gpu_check.py --models mlp --stacks cuda --option cuda.max_autotune=OFF
+    python bench/gpu/gpu_check.py                      # on a machine with a CUDA GPU
+    python bench/gpu/gpu_check.py --models mlp --stacks cuda --option cuda.max_autotune=OFF
 
 For every model and stack it composes for real (AOTInductor compiles the CUDA partitions),
 then checks: the .pte has one CudaBackend delegate per cuda partition, its .so among the .pte's
@@ -32,7 +32,7 @@ import torch
 import torch.fx
 
 import composer
-from composer import zoo
+from composer.models import zoo
 from composer.run import aoti_host, cuda_manifest
 from composer.run.aoti_host import reference_on
 from composer.run.compare import compare, default_tolerance, flatten_tensors

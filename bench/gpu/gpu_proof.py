@@ -15,7 +15,7 @@ Cases (``--cases``, comma-separated):
 One JSON object a line on stdout (``case``, figures, seconds); run on the GPU machine:
 
     COMPOSER_ET_RUNNER=/tmp/etb/build/composer_runner/composer_et_runner \\
-        python3 bench/gpu_proof.py --cases plain_bf16,composer_bf16,composer_fp32_mixed
+        python3 bench/gpu/gpu_proof.py --cases plain_bf16,composer_bf16,composer_fp32_mixed
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What measured placement costs next to one priority compose (issue 42 item 3).
 
-    .venv/bin/python bench/placement_cost_bench.py [--models transformer_block,mlp,cnn,gru] \
+    .venv/bin/python bench/placement/placement_cost_bench.py [--models transformer_block,mlp,cnn,gru] \
         [--stack openvino,xnnpack] [--json bench/results/placement_cost_NAME.json] [--profile]
 
 For each zoo model, in one process: ``composer.compose(model, stack, inputs, cache=False)`` (a
@@ -66,7 +66,7 @@ def _fresh_cache(root: Path, name: str) -> None:
 
 def bench_model(name: str, stack: str, root: Path, profile: bool) -> dict:
     import composer
-    from composer import zoo
+    from composer.models import zoo
 
     model, inputs = zoo.load(name)
     seconds = {}
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     import composer
-    from composer import zoo
+    from composer.models import zoo
 
     # One compose first, not timed: imports and the runtime's first load are not a compose's.
     model, inputs = zoo.load("mlp")

@@ -2,10 +2,10 @@
 beside the jobs' own compose time: jobs per minute, and the executor's overhead per job (a
 worker's wall time per job less the job's own seconds: process start, imports, hand-over).
 
-    .venv/bin/python bench/fleet_bench.py [--models zoo:mlp,zoo:cnn,...] [--workers 1,2]
+    .venv/bin/python bench/fleet/fleet_bench.py [--models zoo:mlp,zoo:cnn,...] [--workers 1,2]
 
 Each run has its own empty composer cache (COMPOSER_CACHE_DIR), so no run reuses another's
-lowered partitions. The Ray executor is measured beside these by bench/ray_scale_bench.py, on a
+lowered partitions. The Ray executor is measured beside these by bench/fleet/ray_scale_bench.py, on a
 loopback cluster (composer.fleet.on_ray.loopback_cluster).
 """
 

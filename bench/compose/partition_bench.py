@@ -1,7 +1,7 @@
 """Planner benchmark: composer's partitioner against torch.fx's CapabilityBasedPartitioner.
 
-    .venv/bin/python bench/partition_bench.py            # everything (several minutes)
-    .venv/bin/python bench/partition_bench.py --quick    # small sizes, anchor capped at 20 s
+    .venv/bin/python bench/compose/partition_bench.py            # everything (several minutes)
+    .venv/bin/python bench/compose/partition_bench.py --quick    # small sizes, anchor capped at 20 s
 
 Prints, in one run and on the same graphs with the same support: partition counts and times
 for several graph shapes; composer planning 100k nodes with three backends; peak memory; and
@@ -24,14 +24,14 @@ import torch
 import torch.fx
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from composer.scheduler.convex import partition_convex
-from composer.scheduler.validate import find_tag_cycle
-from composer.synthetic import (
+from composer.models.synthetic import (
     AllButCumsum,
     chain_with_residuals,
     transformer_like,
     wide_branching,
 )
+from composer.scheduler.convex import partition_convex
+from composer.scheduler.validate import find_tag_cycle
 
 SHAPES: dict[str, Callable[[int, int | None], torch.fx.GraphModule]] = {
     "chain+residual": chain_with_residuals,
@@ -170,7 +170,7 @@ def end_to_end(names: list[str], repeat: int) -> list[dict]:
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     import composer
-    from composer import zoo
+    from composer.models import zoo
 
     rows = []
     for name in names:
@@ -210,7 +210,7 @@ def end_to_end(names: list[str], repeat: int) -> list[dict]:
 
 
 def _llama_stack(blocks: int):
-    from composer.zoo import LlamaBlock
+    from composer.models.zoo import LlamaBlock
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[LlamaBlock() for _ in range(blocks)]).eval()

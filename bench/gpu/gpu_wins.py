@@ -8,8 +8,8 @@ in rounds that take turns (``--rounds`` of ``--repeats`` calls each, the median 
 with an A/A control: the ``cuda`` program timed a second time as if it were another program.
 
     source bench/gpu_setup.sh; export COMPOSER_ET_RUNNER=/tmp/etb/build/composer_runner/composer_et_runner
-    python3 bench/gpu_wins.py compose --models mlp,gru --out /tmp/wins   # one process a model
-    python3 bench/gpu_wins.py time --out /tmp/wins                       # the table
+    python3 bench/gpu/gpu_wins.py compose --models mlp,gru --out /tmp/wins   # one process a model
+    python3 bench/gpu/gpu_wins.py time --out /tmp/wins                       # the table
 
 Programs with Vulkan delegates are proven and timed in ``$COMPOSER_VULKAN_RUNNER`` (a runner
 built with ``ET_VULKAN=ON``, NVIDIA's Vulkan through its EGL ICD: ``source
@@ -20,8 +20,8 @@ with those backends' own partitioners in that order (``plain:vulkan,xnnpack``:
 ``[VulkanPartitioner(), XnnpackPartitioner()]``, as ExecuTorch's LLM export stacks ``-V -X``),
 written as is (no proof); its first run in the runner is compared with eager and recorded.
 
-Models: zoo names (``composer.zoo``) and bench/gpu_mix.py's models built to mix (``cell``,
-``rnn64``, ``segmenter``, ``hybrid``), as bench/gpu_placement.py loads them. Results: one JSON
+Models: zoo names (``composer.models.zoo``) and bench/gpu/gpu_mix.py's models built to mix (``cell``,
+``rnn64``, ``segmenter``, ``hybrid``), as bench/gpu/gpu_placement.py loads them. Results: one JSON
 object a line in ``OUT/wins.jsonl``; the table on stdout.
 """
 

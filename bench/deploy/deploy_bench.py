@@ -1,13 +1,13 @@
 """The deploy tier (issue 32): what people ship, composed by composer and by plain ExecuTorch
 with the same stack, side by side.
 
-    .venv/bin/python bench/deploy_bench.py                       # every case, three stacks
-    .venv/bin/python bench/deploy_bench.py --cases signal,llama --stacks xnnpack
+    .venv/bin/python bench/deploy/deploy_bench.py                       # every case, three stacks
+    .venv/bin/python bench/deploy/deploy_bench.py --cases signal,llama --stacks xnnpack
 
 Cases: a Conv1d net over a signal of dynamic length; a 2-layer ``nn.TransformerEncoder`` with a
-dynamic sequence; export_llama's tiny KV-cache decoder (``composer.llama``, dynamic token
+dynamic sequence; export_llama's tiny KV-cache decoder (``composer.models.llama``, dynamic token
 dimension); an LSTM called with its ``(h, c)`` state; PT2E-quantized corpus CNNs
-(XNNPACKQuantizer, ``composer.corpus.quantized``: ResNet-18, MobileNetV2, EfficientNet-B0,
+(XNNPACKQuantizer, ``composer.models.corpus.quantized``: ResNet-18, MobileNetV2, EfficientNet-B0,
 ShuffleNetV2, SqueezeNet). For each stack:
 
 - plain: ``to_edge_transform_and_lower(copy of ep, partitioner=[XnnpackPartitioner(),
@@ -33,7 +33,9 @@ import warnings
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# corpus_bench (bench/latency) and beyond_corpus (bench/compose), imported below
+sys.path[:0] = [os.path.join(BENCH, "latency"), os.path.join(BENCH, "compose")]
 from corpus_bench import _plain_partitioners
 
 import composer
@@ -67,7 +69,7 @@ def _encoder():
 
 
 def _llama():
-    from composer import llama
+    from composer.models import llama
 
     return llama.exported()[0]
 
@@ -90,7 +92,7 @@ def _lstm():
 
 def _quantized(name: str, dynamic: bool = False):
     def build():
-        from composer import corpus
+        from composer.models import corpus
 
         return corpus.quantized(name, dynamic=dynamic)
 
@@ -108,7 +110,7 @@ def _example(name: str):
     its factory gives it: example inputs, keyword inputs and dynamic shapes."""
 
     def build():
-        from composer.corpus import _library
+        from composer.models.corpus import _library
 
         _library("torchvision")  # its CPU-less extension's ops defined, as the corpus does
         from executorch.examples.models import MODEL_NAME_TO_MODEL
@@ -127,7 +129,7 @@ EXAMPLES = ("mul", "linear", "add", "add_mul", "softmax", "conv1d", "lstm", "mv2
 
 
 def _dynamic_hf(name: str):
-    """A transformers model of bench/beyond_corpus.py, exported with a dynamic token count."""
+    """A transformers model of bench/compose/beyond_corpus.py, exported with a dynamic token count."""
 
     def build():
         from beyond_corpus import EXTRA
@@ -140,7 +142,7 @@ def _dynamic_hf(name: str):
     return build
 
 
-# Encoders and decoders (no KV cache) of bench/beyond_corpus.py with a dynamic token count.
+# Encoders and decoders (no KV cache) of bench/compose/beyond_corpus.py with a dynamic token count.
 DYNAMIC_HF = ("distilbert", "roberta", "albert", "mobilebert", "qwen2", "phi3", "gemma",
               "opt", "gpt_neox", "bloom")  # fmt: skip
 

@@ -1,6 +1,6 @@
 """What composing costs next to plain ExecuTorch, on corpus models (issue 24 item 5).
 
-    .venv/bin/python bench/compose_cost_bench.py [--models squeezenet,bert] \
+    .venv/bin/python bench/compose/compose_cost_bench.py [--models squeezenet,bert] \
         [--stacks "xnnpack;openvino,xnnpack"] [--rounds 3]
 
 For each model and stack, in one process, ``rounds`` rounds of two composes taking turns at
@@ -22,7 +22,7 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "latency"))  # corpus_bench
 
 MODELS = "squeezenet,mobilenet_v3_small,resnet18,deit_tiny,bert,gpt2,whisper_encoder,lcnet"
 STACKS = "xnnpack;openvino,xnnpack"
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     import corpus_bench
 
     import composer
-    from composer import corpus
+    from composer.models import corpus
 
     corpus_bench._warm_up()
     ratios = []

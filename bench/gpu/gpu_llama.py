@@ -4,9 +4,9 @@ ExecuTorch's own C++ runtime (bench/et_runtime's ``composer_et_runner``): a 5-to
 decode steps, logits against eager on the GPU at each step, decode tokens per second beside
 eager on the GPU and beside plain ExecuTorch's program, with an A/A control.
 
-Exports of the same seeded weights (``composer.llama.exported(TINY, *flags)``), bf16:
+Exports of the same seeded weights (``composer.models.llama.exported(TINY, *flags)``), bf16:
 
-- ``A``: ``composer.llama.DECODER_FLAGS`` with ``-d bf16`` (export_llama's custom SDPA and cache
+- ``A``: ``composer.models.llama.DECODER_FLAGS`` with ``-d bf16`` (export_llama's custom SDPA and cache
   update ops, ``--use_sdpa_with_kv_cache``), as the issue asks; ``A32``: the same in fp32;
 - ``B``: the same less ``--use_sdpa_with_kv_cache`` (aten SDPA, ``index_copy`` cache updates,
   a dynamic token dimension: what ExecuTorch's CUDA backend swaps its bf16 Triton SDPA into);
@@ -16,18 +16,18 @@ Exports of the same seeded weights (``composer.llama.exported(TINY, *flags)``), 
   b"OFF")``).
 
 The eager reference is the model export_llama prepared and exported (its KV caches, RoPE tables
-and masks made from the seeded checkpoint ``composer.llama.exported`` writes), captured by
+and masks made from the seeded checkpoint ``composer.models.llama.exported`` writes), captured by
 wrapping ``_prepare_for_llama_export``; until 2026-11-26 the script wrapped composer's
 ``_initialize``, which since seeds a model without KV caches (eager then failed with "input_pos
 is unused when use_kv_cache is False").
 
 Subcommands (the first is the one device command; the others are what it runs):
 
-    python3 bench/gpu_llama.py device [--measure] [--pytest] --limit 555 --tree DIR --commit C
+    python3 bench/gpu/gpu_llama.py device [--measure] [--pytest] --limit 555 --tree DIR --commit C
         [--early "TASKS TASKS ..."] [--late "..."] [--programs-carry programs.tar.xz]
-    python3 bench/gpu_llama.py lower --tasks "compose:Coff:cuda;plain:Coff:plain"
-    python3 bench/gpu_llama.py measure --runner PATH       # GPU_LLAMA_ROUNDS=8 for more rounds
-    python3 bench/gpu_llama.py pytest --tree DIR           # tests/test_gpu.py -m gpu there
+    python3 bench/gpu/gpu_llama.py lower --tasks "compose:Coff:cuda;plain:Coff:plain"
+    python3 bench/gpu/gpu_llama.py measure --runner PATH       # GPU_LLAMA_ROUNDS=8 for more rounds
+    python3 bench/gpu/gpu_llama.py pytest --tree DIR           # tests/test_gpu.py -m gpu there
 
 A task is ``compose:VARIANT:STACK``, ``plain:VARIANT[:RECIPE]`` (``plain``: the issue's
 ``to_edge_transform_and_lower(program, partitioner=[CudaPartitioner([...])])``;
@@ -41,7 +41,7 @@ carry those two, ``bench/et_runtime/src``, ``.whl`` and ``.whl-llama``):
     [ -f bench/et_runtime/carry/runner.tar.xz ] && tar -xJf bench/et_runtime/carry/runner.tar.xz -C /
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl .whl-llama/*.whl
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target /tmp/site /tmp/head
-    PYTHONPATH=/tmp/site python3 bench/gpu_llama.py device --measure --limit 555 --tree /tmp/head \
+    PYTHONPATH=/tmp/site python3 bench/gpu/gpu_llama.py device --measure --limit 555 --tree /tmp/head \
         --commit $(cat $C/COMMIT) --early "..." --late "..."
 
 Results: one JSON object a line in ``$OUT/gpu_llama.jsonl`` (``kind`` says what each is);
@@ -63,7 +63,7 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORK = Path(os.environ.get("GPU_LLAMA_WORK", "/tmp/gl"))
 PROGRAMS = WORK / "programs"
 RESULTS = WORK / "gpu_llama.jsonl"
@@ -106,7 +106,7 @@ def triton_off(variant: str) -> bool:
 
 
 def flags_of(variant: str) -> list[str]:
-    import composer.llama as L
+    import composer.models.llama as L
 
     variant = base_variant(variant)
     flags = ["bf16" if f == "fp32" else f for f in L.DECODER_FLAGS]
@@ -140,7 +140,7 @@ def _capture_prepared() -> None:
 
 def export(variant: str):
     """(program, metadata, eager nn.Module, seconds) of one variant, buffers initialized."""
-    import composer.llama as L
+    import composer.models.llama as L
 
     _capture_prepared()
     start = time.perf_counter()

@@ -1,9 +1,9 @@
 """composer on models outside its corpus: does each compose, run and match eager?
 
-    .venv/bin/python bench/beyond_corpus.py [--stack openvino,xnnpack] [--models a,b] \
+    .venv/bin/python bench/compose/beyond_corpus.py [--stack openvino,xnnpack] [--models a,b] \
         [--out bench/results/beyond_corpus.jsonl]
 
-The corpus (composer/corpus.py) is what the suite and corpus_bench.py judge composer by; these
+The corpus (composer/models/corpus.py) is what the suite and corpus_bench.py judge composer by; these
 are more architectures nobody here wrote, built the same way (random weights, small configs,
 no downloads), to find what the corpus misses. Each model is composed in a child process with
 ``composer.compose(model, stack, inputs, cache=False)`` (its proof included) and one JSON line
@@ -23,8 +23,8 @@ import warnings
 
 import torch
 
-from composer import corpus
-from composer.corpus import (
+from composer.models import corpus
+from composer.models.corpus import (
     SMALL,
     VOCAB,
     _Encoder,

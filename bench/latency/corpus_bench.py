@@ -1,9 +1,9 @@
-"""composer beside plain ExecuTorch over the corpus of real models (composer/corpus.py).
+"""composer beside plain ExecuTorch over the corpus of real models (composer/models/corpus.py).
 
-    .venv/bin/python bench/corpus_bench.py [--models resnet18,bert] \
+    .venv/bin/python bench/latency/corpus_bench.py [--models resnet18,bert] \
         [--stacks "xnnpack;openvino;openvino,xnnpack;xnnpack,openvino;measured:openvino,xnnpack"] \
         [--tune-budget 240] [--runs 100] [--out bench/results/corpus_cpu.jsonl] [--resume]
-    .venv/bin/python bench/corpus_bench.py --table RESULTS.jsonl [MORE.jsonl ...]
+    .venv/bin/python bench/latency/corpus_bench.py --table RESULTS.jsonl [MORE.jsonl ...]
 
 For every model and stack, the same model is composed twice, in one process, the two taking
 turns at going first (so that load and warm caches favour neither):
@@ -58,7 +58,7 @@ def backends_of(stack: str) -> tuple[list[str], bool]:
 
 def _commit() -> str:
     """The checkout's commit, with "+changes" when its composer/ differs from it."""
-    here = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -286,7 +286,7 @@ def _warm_up() -> None:
     import torch
 
     import composer
-    from composer import zoo
+    from composer.models import zoo
 
     model, inputs = zoo.load("cnn")
     with torch.no_grad():
@@ -302,7 +302,7 @@ def child(name: str, stacks: list[str], first_index: int, tune_budget: float, ru
 
     import torch
 
-    from composer import corpus
+    from composer.models import corpus
 
     logging.getLogger().setLevel(logging.ERROR)
     _warm_up()
@@ -535,7 +535,7 @@ def _spread(ratios: list[float]) -> str:
 
 def _in_corpus_order(rows: list[dict]) -> list[dict]:
     """Rows by the corpus's order of models, then the order of STACKS."""
-    from composer import corpus
+    from composer.models import corpus
 
     names = corpus.names()
 
@@ -591,8 +591,8 @@ def main(argv: list[str] | None = None) -> int:
                     merged[row["model"], row["stack"]] = row
         print_table(_in_corpus_order(list(merged.values())))
         return 0
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from composer import corpus
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from composer.models import corpus
 
     names = args.models.split(",") if args.models else corpus.names()
     unknown = [n for n in names if n not in corpus.CORPUS]

@@ -1,7 +1,7 @@
 """CPU runtime benchmark: each zoo model as eager, on each backend alone, and composed.
 
-    .venv/bin/python bench/runtime_bench.py                       # the default models
-    .venv/bin/python bench/runtime_bench.py --models mlp,cnn --runs 300 --json out.json
+    .venv/bin/python bench/latency/runtime_bench.py                       # the default models
+    .venv/bin/python bench/latency/runtime_bench.py --models mlp,cnn --runs 300 --json out.json
 
 For every model it composes `xnnpack` alone, `openvino` alone, `xnnpack,openvino` and
 `openvino,xnnpack`, runs each .pte in the pip ExecuTorch runtime (the compiled XNNPACK and
@@ -22,8 +22,8 @@ import warnings
 import torch
 
 import composer
-from composer import zoo
 from composer.measure.latency import interleaved
+from composer.models import zoo
 from composer.run.compare import compare
 from composer.run.runtime import LoadedProgram
 

@@ -2,7 +2,7 @@
 
     import composer
     from hypothesis import given
-    from composer.strategies import models, stacks
+    from composer.models.strategies import models, stacks
     from composer.testing import check_convex
 
     @given(model=models(), stack=stacks(["tensorrt_stub", "xnnpack"]))

@@ -1,7 +1,7 @@
 """Composing again with composer's cache (issue 15): every number from fresh processes.
 
-    .venv/bin/python bench/cache_bench.py                        # llama_decoder with xnnpack
-    .venv/bin/python bench/cache_bench.py --model transformer_block --backends xnnpack,openvino
+    .venv/bin/python bench/compose/cache_bench.py                        # llama_decoder with xnnpack
+    .venv/bin/python bench/compose/cache_bench.py --model transformer_block --backends xnnpack,openvino
 
 Each step runs in a new Python process against one temporary cache folder, as a user's
 second `composer lower` would, and reports the seconds `composer.compose` (or `plan`) took
@@ -30,7 +30,7 @@ import hashlib, json, sys, time
 started = time.perf_counter()
 import torch
 import composer
-from composer import zoo
+from composer.models import zoo
 imported = time.perf_counter() - started
 spec = json.loads(sys.argv[1])
 model, inputs = zoo.load(spec["model"])

@@ -1,7 +1,7 @@
 """Measured placement with CUDA in the stack, on the GPU machine.
 
     source bench/gpu_setup.sh
-    python3 bench/gpu_placement.py [--models mlp,cumsum_mlp] [--stack xnnpack,cuda] [--json out.json]
+    python3 bench/gpu/gpu_placement.py [--models mlp,cumsum_mlp] [--stack xnnpack,cuda] [--json out.json]
 
 For each model, ``composer.compose(..., placement="measured")`` composes the candidates (the
 declared order with priority and strict placement, the other order, each backend alone) and
@@ -11,7 +11,7 @@ executorch-numpy-runtime under the GPU machine's torch 2.11), the glue in Python
 With two backends the per-region search runs too, hosted as well (each call timed,
 ``composer.measure.hosted_trace``). Prints each candidate's median, the choice against the best
 single backend, and each region's time per option. ``--models`` takes zoo names and
-``cell``/``rnn``/``segmenter``, bench/gpu_mix.py's models built to mix; ``--threads N`` gives
+``cell``/``rnn``/``segmenter``, bench/gpu/gpu_mix.py's models built to mix; ``--threads N`` gives
 XNNPACK N threads (the runtime's default is one per core).
 """
 
@@ -25,11 +25,11 @@ import time
 import warnings
 
 import composer
-from composer import zoo
+from composer.models import zoo
 
 
 def load(name: str):
-    """A zoo model, or one of bench/gpu_mix.py's models built to mix: ``cell`` (an unrolled GRU
+    """A zoo model, or one of bench/gpu/gpu_mix.py's models built to mix: ``cell`` (an unrolled GRU
     cell then a wide head, batch 1), ``rnn`` (a 32-step Elman RNN then a 4096-wide head, batch
     1; ``rnn64``: 64 steps) or ``segmenter`` (convolutions, then the logits upsampled to the input's size;
     256x256)."""

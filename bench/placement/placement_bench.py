@@ -1,6 +1,6 @@
 """Measured placement over the zoo, side by side with eager, each backend alone and priority.
 
-    .venv/bin/python bench/placement_bench.py [--models mlp,unet] [--stacks "openvino,xnnpack;xnnpack,openvino"] [--runs 100] [--json out.json]
+    .venv/bin/python bench/placement/placement_bench.py [--models mlp,unet] [--stacks "openvino,xnnpack;xnnpack,openvino"] [--runs 100] [--json out.json]
 
 For every model: each backend alone, each stack with priority placement, and each stack with
 ``placement="measured"`` (which composes its candidates, times them in the pip ExecuTorch
@@ -25,9 +25,9 @@ import warnings
 import torch
 
 import composer
-from composer import zoo
 from composer.contract.errors import ComposerError
 from composer.measure.latency import interleaved
+from composer.models import zoo
 from composer.run.compare import compare
 from composer.run.runtime import LoadedProgram
 

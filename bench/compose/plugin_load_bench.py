@@ -1,6 +1,6 @@
 """Composing again in a new process with a heavy third-party plugin installed (issue 24).
 
-    .venv/bin/python bench/plugin_load_bench.py [--model mlp] [--backends xnnpack]
+    .venv/bin/python bench/compose/plugin_load_bench.py [--model mlp] [--backends xnnpack]
 
 A third-party plugin that imports ``executorch.exir`` at module level is installed into a
 temporary folder (a dist-info with its entry point, on ``PYTHONPATH``), as ``pip install``
@@ -39,7 +39,7 @@ STEP = r"""
 import json, sys, time
 started = time.perf_counter()
 import composer
-from composer import zoo
+from composer.models import zoo
 spec = json.loads(sys.argv[1])
 model, inputs = zoo.load(spec["model"])
 composing = time.perf_counter()

@@ -10,7 +10,7 @@
 - ``--model hybrid``: a convolution stem, then transformer blocks (the stem on XNNPACK).
 
     source bench/gpu_setup.sh
-    python3 bench/gpu_mix.py [--model gru] [--width 4096] [--steps 16] [--batch 64] [--size 512]
+    python3 bench/gpu/gpu_mix.py [--model gru] [--width 4096] [--steps 16] [--batch 64] [--size 512]
                              [--threads 1]
 
 Composes each three ways, each lowered for real: xnnpack alone, cuda alone, and
@@ -139,7 +139,7 @@ class ConvStemTransformer(nn.Module):
 
     def __init__(self, dim: int = 192, blocks: int = 2, classes: int = 1000) -> None:
         super().__init__()
-        from composer.zoo import TransformerBlock
+        from composer.models.zoo import TransformerBlock
 
         widths = [3, 32, 64, 128, dim]
         self.stem = nn.Sequential(*(

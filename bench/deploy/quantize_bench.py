@@ -1,10 +1,10 @@
 """Quantize for the stack (issue 34): an int8 backend beside a float one in one program, against
 the all-float and all-int8 programs and ExecuTorch's own ``ExportRecipe.combine``.
 
-    .venv/bin/python bench/quantize_bench.py                    # every model below
-    .venv/bin/python bench/quantize_bench.py --models transformer_block --runs 200
+    .venv/bin/python bench/deploy/quantize_bench.py                    # every model below
+    .venv/bin/python bench/deploy/quantize_bench.py --models transformer_block --runs 200
 
-For each model (composer.zoo, seeded; ``MODELS``, with its pins), with 8 random calibration
+For each model (composer.models.zoo, seeded; ``MODELS``, with its pins), with 8 random calibration
 batches:
 
 - ``float``: ``compose(model, "xnnpack,openvino")``;
@@ -31,8 +31,8 @@ import warnings
 import torch
 
 import composer
-from composer import zoo
 from composer.measure.latency import interleaved
+from composer.models import zoo
 from composer.pipeline.recipes import recipe_backends, recipe_program
 from composer.run.runtime import LoadedProgram
 
