@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import composer
-from composer.models import corpus, zoo
 from composer.lower.shared_edge import sharing_edge_programs
 from composer.measure.candidates import Candidate, candidates
+from composer.models import corpus, zoo
 from composer.registry.discovery import default_registry
 from composer.registry.stack import Stack
 
