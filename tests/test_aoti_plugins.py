@@ -215,6 +215,37 @@ def test_the_cuda_support_check_leaves_a_dynamic_programs_sizes_symbolic():
     assert plan.dynamic_dims and plan.dynamic_dims[0]["dim"] == 1
 
 
+class _ReadsPosition(nn.Module):
+    """A table read at a position given as a tensor, as export_llama's decoder reads its RoPE
+    tables and mask at ``input_pos.item()``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.randn(16, 8))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        start = pos.item()
+        torch._check(start >= 0)
+        torch._check(start + x.shape[0] <= 16)
+        return torch.relu(x) + self.table.narrow(0, start, x.shape[0])
+
+
+def test_what_computes_with_a_value_read_at_run_time_stays_off_cuda():
+    # AOTInductor failed export_llama's dynamic decoder's CUDA partition with
+    # PendingUnbackedSymbolNotFound: it held input_pos.item() and the slices made with it.
+    program = torch.export.export(_ReadsPosition(), (torch.randn(4, 8), torch.tensor([2])))
+    plan = composer.plan(program, ["cuda"], cache=False)
+    on_cuda = plan.ops_on("cuda")
+    assert on_cuda["aten.relu.default"] == 1 and on_cuda["aten.add.Tensor"] == 1
+    portable = plan.ops_on("portable")
+    assert portable["aten._local_scalar_dense.default"] == 1
+    assert portable["aten.slice_copy.Tensor"] == 1
+    reasons = {f.op: dict(f.reasons)["cuda"] for f in plan.fallbacks}
+    assert reasons["aten._local_scalar_dense.default"].startswith(
+        "it computes with a value read from a tensor at run time (an unbacked size"
+    )
+
+
 def test_a_view_past_its_tensors_start_never_leaves_a_cuda_delegate():
     """ExecuTorch's CUDA runtime copies out only delegate outputs at storage offset 0: the
     zoo's gru with xnnpack,cuda was refused on the H100 ("SlimTensor storage_offset must be 0,

@@ -42,6 +42,7 @@ from composer.lower.fingerprint import (
     program_digest,
     versions,
 )
+from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.registry.discovery import Backend
 
 
@@ -135,7 +136,8 @@ def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, job
                 return cached
             nodes = handed_nodes(everything)
             try:
-                results = original(klass, edge_programs, compile_specs)
+                with pending_symbols_set_aside(everything):
+                    results = original(klass, edge_programs, compile_specs)
             except Exception as error:
                 raise CompilerRaised(cls, [(nodes, error)]) from error
             reuse.count(backend.name, 0, len(everything))
@@ -150,7 +152,8 @@ def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, job
                 results[method][index] = _load(store, key)
                 if results[method][index] is None:
                     pending.append((method, index, program, specs, key))
-        lowered = _preprocess_each(klass, [(p, s) for _, _, p, s, _ in pending], jobs)
+        with pending_symbols_set_aside(p for _, _, p, _, _ in pending):
+            lowered = _preprocess_each(klass, [(p, s) for _, _, p, s, _ in pending], jobs)
         for (method, index, _program, _specs, key), result in zip(pending, lowered, strict=True):
             results[method][index] = result
             if not _save(store, key, result):

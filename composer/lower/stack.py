@@ -4,9 +4,8 @@ with composer's partitioners; a clear ComposerError when ExecuTorch fails.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 import torch
@@ -17,6 +16,7 @@ from composer.contract.errors import ComposerError, PluginError, PreprocessFaile
 from composer.lower.compiler_raised import CompilerRaised, said
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
+from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.lower.runtime_kernels import target_kernels
 from composer.registry.discovery import Backend, Registry
 from composer.registry.stack import Stack
@@ -126,7 +126,7 @@ def _lower(
     records: list[PartitionRecord],
 ) -> EdgeProgramManager:
     try:
-        with unsaid_preservation_warnings(), _pending_symbols_restored(program):
+        with unsaid_preservation_warnings(), pending_symbols_set_aside([program]):
             return to_edge_transform_and_lower(
                 program,
                 transform_passes=list(KERNEL_GAP_PASSES),
@@ -145,33 +145,6 @@ def _lower(
             if written:
                 raise parameters_written_error(written) from error
         raise failure from error
-
-
-@contextlib.contextmanager
-def _pending_symbols_restored(program: ExportedProgram) -> Iterator[None]:
-    """Lowering with none of the unbacked symbols an earlier lowering or ``to_executorch``
-    left pending in the ShapeEnv that copies of a program share (export_llama's decoder: 63):
-    lowering a copy again for a repair, or a method again with the others, failed with
-    ``PendingUnbackedSymbolNotFound`` (plain ExecuTorch too, lowering a program twice). They
-    belong to traces that are over; the ShapeEnv gets them back afterwards."""
-    shape_env = next(
-        (
-            node.meta["val"].fake_mode.shape_env
-            for node in program.graph.nodes
-            if node.op == "placeholder"
-            and getattr(getattr(node.meta.get("val"), "fake_mode", None), "shape_env", None)
-        ),
-        None,
-    )
-    if shape_env is None:
-        yield
-        return
-    pending = list(shape_env.pending_fresh_unbacked_symbols)
-    shape_env.pending_fresh_unbacked_symbols.clear()
-    try:
-        yield
-    finally:
-        shape_env.pending_fresh_unbacked_symbols[:] = pending
 
 
 def _lowering_error(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.hookspecs import BackendPlugin
@@ -181,6 +182,12 @@ class AotiOperatorSupport(ExplainedSupport):
     def reason_unsupported(self, node: torch.fx.Node) -> str | None:
         if node.op != "call_function":
             return "not an op"
+        if _reads_run_time_values(node):
+            return (
+                "it computes with a value read from a tensor at run time (an unbacked size, "
+                "e.g. input_pos.item()): AOTInductor fails such a partition "
+                "(PendingUnbackedSymbolNotFound); the host computes it"
+            )
         op = overload_of(node.target)
         if op is None or op.namespace != "aten":
             return None  # control flow, ExecuTorch's own ops: AOTInductor takes them
@@ -206,6 +213,13 @@ class AotiOperatorSupport(ExplainedSupport):
                     "max_autotune ON to compile it as a Triton kernel"
                 )
         return None
+
+
+def _reads_run_time_values(node: torch.fx.Node) -> bool:
+    """Whether ``node`` makes or reads an unbacked symbol: a size or scalar known only when a
+    tensor's value is read at run time (``_local_scalar_dense``, and what computes with it)."""
+    values = [node.meta.get("val")] + [n.meta.get("val") for n in node.all_input_nodes]
+    return any(value is not None and free_unbacked_symbols(value) for value in values)
 
 
 class AotiPlugin(BackendPlugin):
