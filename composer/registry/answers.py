@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from torch.fx.passes.operator_support import OperatorSupportBase
     from torchao.quantization.pt2e.quantizer import Quantizer
 
-    from composer.registry.discovery import Backend
+    from composer.registry.found import Backend
 
 
 def plugin_label(backend: Backend) -> str:

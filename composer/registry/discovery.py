@@ -7,7 +7,6 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import pluggy
 
 from composer.contract import hookspecs
@@ -15,6 +14,7 @@ from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import BackendListError, ComposerError, ComposerWarning, PluginError
 from composer.contract.options import Option
 from composer.registry import answers
+from composer.registry.found import Backend, FailedPlugin, PluginInfo
 from composer.registry.names import backend_names
 
 if TYPE_CHECKING:
@@ -28,37 +28,6 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "composer"
 OWN_DISTRIBUTION = "executorch-composer"
-
-
-@attrs.frozen
-class PluginInfo:
-    """Where a plugin came from: its entry-point name and distribution."""
-
-    name: str
-    distribution: str
-    version: str
-
-
-@attrs.frozen
-class FailedPlugin:
-    """A plugin that could not be loaded, and why."""
-
-    name: str
-    distribution: str
-    error: str
-
-
-@attrs.frozen
-class Backend:
-    """A backend found through a plugin: its spec and the plugin that declared it."""
-
-    spec: BackendSpec
-    plugin: Any
-    origin: PluginInfo
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
 
 def _load_order(entry_point: importlib.metadata.EntryPoint) -> tuple[int, str, str]:
