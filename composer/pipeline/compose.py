@@ -14,7 +14,7 @@ import attrs
 import torch
 from torch.export import ExportedProgram
 
-from composer.contract.errors import BackendListError, ComposerError, ComposerWarning, ModelError
+from composer.contract.errors import ComposerError, ComposerWarning, ModelError
 from composer.lower.cache import DamagedEntryWarning, cache_dir, cache_enabled
 from composer.lower.export import Model, eager_of, example_inputs_of, export_model, fresh_program
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
@@ -24,29 +24,13 @@ from composer.measure import placement as measured
 from composer.measure.placement_cache import cache_key
 from composer.pipeline.methods import MethodsComposition, compose_methods
 from composer.pipeline.proven import composed_and_proven, repaired_stack
-from composer.registry.discovery import Registry, default_registry
+from composer.registry.discovery import Registry
 from composer.registry.names import is_count
+from composer.registry.resolved import ResolvedStack, resolve_stack
 from composer.registry.stack import Stack
 from composer.run import aoti_host, cpp_runtime, cpu_threads, cuda_manifest
 from composer.run.composition import Composition
 from composer.scheduler.plans import Plan
-
-
-def _prepare(stack: Stack, registry, plan_only):
-    registry = registry or default_registry()
-    resolved = registry.resolve(stack.backends)
-    stand_ins = set()
-    for backend in resolved:
-        reason = registry.unavailable_reason(backend)
-        if reason is None:
-            continue
-        if not plan_only:
-            raise BackendListError(
-                f"backend {backend.name!r} cannot lower on this machine: {reason}. Run "
-                "composer.plan() here for the plan, and compose on a machine that has it."
-            )
-        stand_ins.add(backend.name)
-    return resolved, registry, stand_ins
 
 
 def plan(
@@ -75,11 +59,10 @@ def plan(
         _use_threads(stack)
         return _measured(model, stack, example_inputs, progress, cache, registry).plan
     given_registry = registry is not None
-    resolved, registry, unavailable = _prepare(stack, registry, True)
-    stack = stack.with_defaults(resolved, registry)
+    resolved = resolve_stack(stack, registry, must_lower_here=False)
     wanted = cache and not given_registry
     # A composed program's entry holds its plan too: planning after composing costs nothing.
-    cached = _program_cache(PLAN_SOURCES, wanted, resolved, stack, registry)
+    cached = _program_cache(PLAN_SOURCES, wanted, resolved)
     stored = cached.by_module(model, example_inputs) if cached else None
     if stored is None:
         program = export_model(model, example_inputs)
@@ -89,15 +72,18 @@ def plan(
         from composer.lower.stack import lower_stack
 
         # Plan mode compiles nothing: every backend lowers to the stand-in.
-        all_stand_ins = {backend.name for backend in resolved}
+        all_stand_ins = {backend.name for backend in resolved.backends}
         # Lowering changes the program it is given: never the user's own (planning export_llama's
         # decoder twice raised KeyError 'rope.freqs_cos').
         source = (
             fresh_program(model, example_inputs) if isinstance(model, ExportedProgram) else program
         )
         with _composer_warnings() as said:
-            _edge, result = lower_stack(source, resolved, registry, all_stand_ins, stack, progress)
-        result = with_backend_facts(result, resolved)
+            _edge, result = lower_stack(
+                source, resolved.backends, resolved.registry, all_stand_ins, resolved.stack,
+                progress,
+            )  # fmt: skip
+        result = with_backend_facts(result, resolved.backends)
         if cached:
             cached.save({"plan": result, "warnings": said})
     else:
@@ -106,7 +92,8 @@ def plan(
         _replay(stored.get("warnings", ()))
         # A plan runs nothing, so it claims no proof, even read from a proven program.
         result = attrs.evolve(stored["plan"], proof="")
-    return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
+    stand_ins = tuple(b.name for b in resolved.backends if b.name in resolved.stand_ins)
+    return attrs.evolve(result, stand_ins=stand_ins)
 
 
 PLAN_SOURCES = ("plan", "program")  # where a plan may be found, in order
@@ -124,7 +111,7 @@ def _recipe_applied(model: Model, stack: Any, example_inputs, dynamic_shapes):
     return program, recipe_backends(stack), None
 
 
-def _program_cache(kinds: tuple[str, ...], wanted, resolved, stack: Stack, registry: Registry):
+def _program_cache(kinds: tuple[str, ...], wanted, resolved: ResolvedStack):
     """The cache of whole results for this stack, if caching is on and the stack digestible.
 
     Not with an explicit registry: it may hold plugin objects whose state no digest sees,
@@ -132,7 +119,9 @@ def _program_cache(kinds: tuple[str, ...], wanted, resolved, stack: Stack, regis
     if not wanted:
         return None
 
-    return ProgramCache.open(cache_dir(), kinds, resolved, stack, registry)
+    return ProgramCache.open(
+        cache_dir(), kinds, resolved.backends, resolved.stack, resolved.registry
+    )
 
 
 def _use_threads(stack: Stack) -> None:
@@ -206,11 +195,11 @@ def compose(
     if stack.placement == "measured":
         return _measured(model, stack, example_inputs, progress, cache, registry, check)
     given_registry = registry is not None
-    resolved, registry, stand_ins = _prepare(stack, registry, False)
+    resolved = resolve_stack(stack, registry)
     workers = _jobs(jobs)
-    stack = stack.with_defaults(resolved, registry)
+    stack, registry, stand_ins = resolved.stack, resolved.registry, set(resolved.stand_ins)
     folder = cache_dir() if cache else None
-    cached = _program_cache(("program",), cache and not given_registry, resolved, stack, registry)
+    cached = _program_cache(("program",), cache and not given_registry, resolved)
     exported: list[ExportedProgram] = []
 
     def program() -> ExportedProgram:
@@ -230,7 +219,7 @@ def compose(
         source = program() if first else fresh_program(model, example_inputs)
         exported_used = True
         return lower_program(
-            source, resolved, registry, stand_ins, current, progress, folder, workers,
+            source, resolved.backends, registry, stand_ins, current, progress, folder, workers,
             again=lambda: fresh_program(model, example_inputs),
         )  # fmt: skip
 
@@ -255,7 +244,7 @@ def compose(
 
         def lower_frozen() -> Lowered:
             return lower_program(
-                export_frozen(), resolved, registry, stand_ins, repaired, progress, folder,
+                export_frozen(), resolved.backends, registry, stand_ins, repaired, progress, folder,
                 workers, again=export_frozen,
             )  # fmt: skip
 
@@ -319,15 +308,14 @@ def _measured(
 ) -> Composition:
     """Compose with the fastest candidate placement, measured here (composer.measure.placement)."""
 
-    registry = registry or default_registry()
-    resolved = registry.resolve(stack.backends)
     # The checks every candidate's compose makes, once and before any work.
-    stack.with_defaults(resolved, registry)
+    resolved = resolve_stack(stack, registry, must_lower_here=False)
+    registry = resolved.registry
     program = export_model(model, example_inputs)
     # With CUDA in the stack, on a GPU, every candidate runs hosted: one way of running
     # for all, or the comparison would measure the executors.
     hosted = aoti_host.host_unavailable_reason() is None and any(
-        b.spec.backend_id == cuda_manifest.CUDA_BACKEND_ID for b in resolved
+        b.spec.backend_id == cuda_manifest.CUDA_BACKEND_ID for b in resolved.backends
     )
     # Where ExecuTorch's C++ runtime is named, the candidates are timed there: the runtime
     # they deploy to (hosted timing ranked them otherwise on the H100).
