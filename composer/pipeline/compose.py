@@ -8,6 +8,7 @@ import contextlib
 import copy
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -197,78 +198,119 @@ def compose(
     given_registry = registry is not None
     resolved = resolve_stack(stack, registry)
     workers = _jobs(jobs)
-    stack, registry, stand_ins = resolved.stack, resolved.registry, set(resolved.stand_ins)
     folder = cache_dir() if cache else None
     cached = _program_cache(("program",), cache and not given_registry, resolved)
-    exported: list[ExportedProgram] = []
-
-    def program() -> ExportedProgram:
-        if not exported:
-            exported.append(export_model(model, example_inputs))
-        return exported[0]
-
-    exported_used = False  # the exported program went to a lowering, which changed it
-
-    def lower(current: Stack) -> Lowered:
-        nonlocal exported_used
-        # ExecuTorch's lowering changes the program it is given (a rotary embedding's
-        # non-persistent inv_freq leaves it: lowering it again for a repair raised KeyError
-        # 'model.rotary_emb.inv_freq'), so each lowering after the first gets a fresh one,
-        # and a program the user passed is never lowered itself.
-        first = not exported_used and not isinstance(model, ExportedProgram)
-        source = program() if first else fresh_program(model, example_inputs)
-        exported_used = True
-        return lower_program(
-            source, resolved.backends, registry, stand_ins, current, progress, folder, workers,
-            again=lambda: fresh_program(model, example_inputs),
-        )  # fmt: skip
-
+    composing = _Composing(model, example_inputs, resolved, progress, folder, workers)
     stored = cached.by_module(model, example_inputs) if cached else None
     if stored is None and cached:
-        stored = cached.by_program(program())
+        stored = cached.by_program(composing.program())
     if stored is not None:
         if progress is not None:
             progress(f"reused the composed program from the cache ({folder})")
         _replay(stored.get("warnings", ()))
-        # Lowered again only if asked for, maybe after the caller ran the model, which can
-        # update its buffers in place (a KV cache): from the model as it is now.
-        # torch.export's graph depends on the grad mode (verify runs under no_grad).
-        frozen, grad = copy.deepcopy(model), torch.is_grad_enabled()
-
-        # A repaired program is lowered again with its repairs.
-        repaired = repaired_stack(stack, stored["plan"].repairs)
-
-        def export_frozen() -> ExportedProgram:
-            with torch.set_grad_enabled(grad):
-                return export_model(frozen, example_inputs)
-
-        def lower_frozen() -> Lowered:
-            return lower_program(
-                export_frozen(), resolved.backends, registry, stand_ins, repaired, progress, folder,
-                workers, again=export_frozen,
-            )  # fmt: skip
-
-        return Composition(stored["buffer"], stored["data_files"], stored["plan"],
-                           eager_of(model, example_inputs), example_inputs_of(model, example_inputs),
-                           from_cache=True, lower=lower_frozen)  # fmt: skip
-    made: list[Lowered] = []
-
-    def build(current: Stack) -> Composition:
-        lowered = lower(current)
-        made.append(lowered)
-        return Composition(lowered.buffer, lowered.data_files, lowered.plan,
-                           eager_of(model, example_inputs), example_inputs_of(model, example_inputs),
-                           lowered=lowered)  # fmt: skip
-
+        return composing.from_cache(stored)
     with _composer_warnings() as said:
-        composition = composed_and_proven(build, stack, check=check, progress=progress)
+        composition = composed_and_proven(
+            composing.build, resolved.stack, check=check, progress=progress
+        )
     # Only what can be lowered again to the same bytes: a composition from the cache lowers
     # again for its edge program and reference, which must match its bytes. A program that
     # was not checked is not stored: the cache holds proven programs only.
-    if cached and made[-1].repeatable and check:
+    if cached and composing.made[-1].repeatable and check:
         cached.save({"buffer": composition.buffer, "data_files": composition.data_files,
                      "plan": composition.plan, "warnings": said})  # fmt: skip
     return composition
+
+
+@attrs.define(eq=False)
+class _Composing:
+    """One model composed with one resolved stack: exported once, lowered for each attempt
+    (``build``, which composed_and_proven calls with each repaired stack)."""
+
+    model: Model
+    example_inputs: Sequence[Any] | None
+    resolved: ResolvedStack
+    progress: Callable[[str], None] | None
+    folder: Path | None  # the cache of lowered partitions (None: none)
+    workers: int
+    made: list[Lowered] = attrs.field(factory=list)  # what each build lowered, in order
+    _exported: ExportedProgram | None = None
+    _exported_used: bool = False  # the exported program went to a lowering, which changed it
+
+    def program(self) -> ExportedProgram:
+        """The model exported, once."""
+        if self._exported is None:
+            self._exported = export_model(self.model, self.example_inputs)
+        return self._exported
+
+    def fresh(self) -> ExportedProgram:
+        """A program no lowering has touched, equal to ``program()``."""
+        return fresh_program(self.model, self.example_inputs)
+
+    def lower(self, stack: Stack) -> Lowered:
+        """The model lowered with ``stack`` (the resolved stack's, maybe repaired)."""
+        # ExecuTorch's lowering changes the program it is given (a rotary embedding's
+        # non-persistent inv_freq leaves it: lowering it again for a repair raised KeyError
+        # 'model.rotary_emb.inv_freq'), so each lowering after the first gets a fresh one,
+        # and a program the user passed is never lowered itself.
+        first = not self._exported_used and not isinstance(self.model, ExportedProgram)
+        source = self.program() if first else self.fresh()
+        self._exported_used = True
+        resolved = self.resolved
+        return lower_program(
+            source, resolved.backends, resolved.registry, set(resolved.stand_ins), stack,
+            self.progress, self.folder, self.workers, again=self.fresh,
+        )  # fmt: skip
+
+    def build(self, stack: Stack) -> Composition:
+        """The composition of the model lowered with ``stack``."""
+        lowered = self.lower(stack)
+        self.made.append(lowered)
+        return Composition(lowered.buffer, lowered.data_files, lowered.plan,
+                           eager_of(self.model, self.example_inputs),
+                           example_inputs_of(self.model, self.example_inputs),
+                           lowered=lowered)  # fmt: skip
+
+    def from_cache(self, stored: Mapping[str, Any]) -> Composition:
+        """The composition the cache stored, lowered again only if asked for."""
+        # Maybe after the caller ran the model, which can update its buffers in place (a KV
+        # cache): from the model as it is now. torch.export's graph depends on the grad mode
+        # (verify runs under no_grad). A repaired program is lowered again with its repairs.
+        again = _LoweringAgain(
+            copy.deepcopy(self.model), self.example_inputs, torch.is_grad_enabled(),
+            self.resolved, repaired_stack(self.resolved.stack, stored["plan"].repairs),
+            self.progress, self.folder, self.workers,
+        )  # fmt: skip
+        return Composition(stored["buffer"], stored["data_files"], stored["plan"],
+                           eager_of(self.model, self.example_inputs),
+                           example_inputs_of(self.model, self.example_inputs),
+                           from_cache=True, lower=again)  # fmt: skip
+
+
+@attrs.frozen(eq=False)
+class _LoweringAgain:
+    """A composition from the cache, lowered again when asked for (its edge program, its
+    reference): from a copy of the model as it was composed, with the stack it was."""
+
+    model: Model  # a copy: the caller's model may change after
+    example_inputs: Sequence[Any] | None
+    grad: bool  # the grad mode it was composed in
+    resolved: ResolvedStack
+    stack: Stack  # the resolved stack with the stored plan's repairs
+    progress: Callable[[str], None] | None
+    folder: Path | None
+    workers: int
+
+    def export(self) -> ExportedProgram:
+        with torch.set_grad_enabled(self.grad):
+            return export_model(self.model, self.example_inputs)
+
+    def __call__(self) -> Lowered:
+        resolved = self.resolved
+        return lower_program(
+            self.export(), resolved.backends, resolved.registry, set(resolved.stand_ins),
+            self.stack, self.progress, self.folder, self.workers, again=self.export,
+        )  # fmt: skip
 
 
 @contextlib.contextmanager
