@@ -102,18 +102,17 @@ def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str,
     """The program ``composer.plan`` lowers to stand-ins (it returns only the plan)."""
     from composer.lower.export import export_model
     from composer.lower.stack import lower_stack
-    from composer.registry.discovery import default_registry
+    from composer.registry.resolved import resolve_stack
     from composer.registry.stack import Stack
 
     settings = dict(settings)
-    registry = settings.pop("registry", None) or default_registry()
+    registry = settings.pop("registry", None)
     settings.pop("cache", None)
-    stack = Stack.of(backends, **settings)
-    resolved = registry.resolve(stack.backends)
+    resolved = resolve_stack(Stack.of(backends, **settings), registry, must_lower_here=False)
     program = export_model(model, example_inputs)
-    stand_ins = {b.name for b in resolved}
+    stand_ins = {b.name for b in resolved.backends}
     edge, _plan = lower_stack(
-        program, resolved, registry, stand_ins, stack.with_defaults(resolved, registry)
+        program, resolved.backends, resolved.registry, stand_ins, resolved.stack
     )
     return edge
 
@@ -143,7 +142,7 @@ class CompositionChecker:
         **settings: Any,
     ) -> CheckResult:
         import composer
-        from composer.registry.discovery import default_registry
+        from composer.registry.resolved import resolve_stack
         from composer.registry.stack import Stack
 
         stack = Stack.of(backends, **{k: v for k, v in settings.items() if k != "cache"})
@@ -155,9 +154,7 @@ class CompositionChecker:
                 "lines in composer.toml read with composer.config.stack_from(path).",
                 pytrace=False,
             )
-        registry = default_registry()
-        resolved = registry.resolve(stack.backends)
-        lowerable = all(registry.unavailable_reason(b) is None for b in resolved)
+        lowerable = not resolve_stack(stack, must_lower_here=False).stand_ins
         if lowerable:
             composition = composer.compose(model, backends, example_inputs, **settings)
             plan = composition.plan
@@ -266,10 +263,12 @@ def check_plugin(
 
 def _plugin_check_problem(registry, model, stack: list[str], inputs) -> str | None:
     import composer
+    from composer.registry.resolved import resolve_stack
+    from composer.registry.stack import Stack
 
     try:
         planned = composer.plan(model, stack, inputs, registry=registry)
-        if any(registry.unavailable_reason(b) for b in registry.resolve(stack)):
+        if resolve_stack(Stack.of(stack), registry, must_lower_here=False).stand_ins:
             return None  # planned only: the backend cannot lower on this machine
         composition = composer.compose(model, stack, inputs, registry=registry)
         if composition.plan.partitions != planned.partitions:

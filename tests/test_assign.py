@@ -10,7 +10,7 @@ from composer.contract.errors import PartitionError
 from composer.models import zoo
 from composer.registry.discovery import default_registry
 from composer.scheduler.assign import assign, warn_about_pins_naming_no_op
-from composer.scheduler.partitioner import ComposerPartitioner
+from composer.scheduler.partitioner import ComposerPartitioner, StackLowering
 from composer.scheduler.schedule import StackSchedule
 
 DEVICES = {"gpu": "cuda", "cpu": "cpu"}
@@ -70,8 +70,10 @@ def test_a_real_op_the_model_does_not_use_is_no_warning(recwarn):
 def test_the_schedule_refuses_a_first_call_that_is_not_the_first_backend():
     registry = default_registry()
     backends = registry.resolve(["xnnpack", "tensorrt_stub"])
-    first, second = (ComposerPartitioner(b, registry) for b in backends)
-    schedule = StackSchedule([first, second], {}, consolidate=True)
+    schedule = StackSchedule({}, consolidate=True)
+    lowering = StackLowering(schedule=schedule)
+    first, second = (ComposerPartitioner(b, registry, lowering=lowering) for b in backends)
+    lowering.partitioners.extend([first, second])
     model, inputs = zoo.load("mlp")
     program = torch.export.export(model, inputs)
     with pytest.raises(PartitionError, match="no longer lowers in list order"):

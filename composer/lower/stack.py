@@ -23,7 +23,7 @@ from composer.registry.stack import Stack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
 from composer.scheduler.kept_whole import KeptWholeButLeft
-from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord
+from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord, StackLowering
 from composer.scheduler.plans import Plan
 from composer.scheduler.preserved import unsaid_preservation_warnings
 from composer.scheduler.quantized import output_tolerance
@@ -81,7 +81,14 @@ def _lower_once(
     gone: set[str],
 ) -> tuple[EdgeProgramManager, Plan]:
     records: list[PartitionRecord] = []
-    partitioners = [
+    lowering = StackLowering(
+        schedule=StackSchedule(stack.never, stack.consolidates, gone),
+        decomposed=decomposed,
+        keep_whole=stack.keep_whole,
+        kernels=None if stand_ins >= {b.name for b in backends} else target_kernels(),
+    )
+    partitioners = lowering.partitioners
+    partitioners.extend(
         ComposerPartitioner(
             backend,
             registry,
@@ -90,21 +97,14 @@ def _lower_once(
             options=stack.options.get(backend.name),
             min_partition_size=stack.min_partition_size.get(backend.name),
             progress=progress,
+            lowering=lowering,
+            # A stand-in checks for its ExecuTorch backend where the backend lowers here.
+            check_backend_class=(
+                backend.name not in stand_ins or registry.unavailable_reason(backend) is None
+            ),
         )
         for backend in backends
-    ]
-    schedule = StackSchedule(partitioners, stack.never, stack.consolidates, gone)
-    kernels = None if stand_ins >= {b.name for b in backends} else target_kernels()
-    for partitioner in partitioners:
-        partitioner.stack = tuple(partitioners)
-        partitioner.schedule = schedule
-        partitioner.decomposed = decomposed
-        partitioner.keep_whole = stack.keep_whole
-        partitioner.kernels = kernels
-        if partitioner.stand_in:
-            partitioner.check_backend_class = (
-                registry.unavailable_reason(partitioner.backend) is None
-            )
+    )
     # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
     # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
     started = time.perf_counter()
@@ -116,7 +116,7 @@ def _lower_once(
         progress(f"lowered with {', '.join(b.name for b in backends)} in "
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip
     lowered = edge.exported_program()
-    plan = build_plan(lowered.graph_module, backends, records, stand_ins, schedule.edges)
+    plan = build_plan(lowered.graph_module, backends, records, stand_ins, lowering.schedule.edges)
     return edge, attrs.evolve(plan, dynamic_dims=dims, quantization=quantization)
 
 

@@ -8,13 +8,14 @@ import contextlib
 import copy
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 import torch
 from torch.export import ExportedProgram
 
-from composer.contract.errors import BackendListError, ComposerError, ComposerWarning, ModelError
+from composer.contract.errors import ComposerError, ComposerWarning, ModelError
 from composer.lower.cache import DamagedEntryWarning, cache_dir, cache_enabled
 from composer.lower.export import Model, eager_of, example_inputs_of, export_model, fresh_program
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
@@ -24,29 +25,13 @@ from composer.measure import placement as measured
 from composer.measure.placement_cache import cache_key
 from composer.pipeline.methods import MethodsComposition, compose_methods
 from composer.pipeline.proven import composed_and_proven, repaired_stack
-from composer.registry.discovery import Registry, default_registry
+from composer.registry.discovery import Registry
 from composer.registry.names import is_count
+from composer.registry.resolved import ResolvedStack, resolve_stack
 from composer.registry.stack import Stack
 from composer.run import aoti_host, cpp_runtime, cpu_threads, cuda_manifest
 from composer.run.composition import Composition
 from composer.scheduler.plans import Plan
-
-
-def _prepare(stack: Stack, registry, plan_only):
-    registry = registry or default_registry()
-    resolved = registry.resolve(stack.backends)
-    stand_ins = set()
-    for backend in resolved:
-        reason = registry.unavailable_reason(backend)
-        if reason is None:
-            continue
-        if not plan_only:
-            raise BackendListError(
-                f"backend {backend.name!r} cannot lower on this machine: {reason}. Run "
-                "composer.plan() here for the plan, and compose on a machine that has it."
-            )
-        stand_ins.add(backend.name)
-    return resolved, registry, stand_ins
 
 
 def plan(
@@ -75,11 +60,10 @@ def plan(
         _use_threads(stack)
         return _measured(model, stack, example_inputs, progress, cache, registry).plan
     given_registry = registry is not None
-    resolved, registry, unavailable = _prepare(stack, registry, True)
-    stack = stack.with_defaults(resolved, registry)
+    resolved = resolve_stack(stack, registry, must_lower_here=False)
     wanted = cache and not given_registry
     # A composed program's entry holds its plan too: planning after composing costs nothing.
-    cached = _program_cache(PLAN_SOURCES, wanted, resolved, stack, registry)
+    cached = _program_cache(PLAN_SOURCES, wanted, resolved)
     stored = cached.by_module(model, example_inputs) if cached else None
     if stored is None:
         program = export_model(model, example_inputs)
@@ -89,15 +73,18 @@ def plan(
         from composer.lower.stack import lower_stack
 
         # Plan mode compiles nothing: every backend lowers to the stand-in.
-        all_stand_ins = {backend.name for backend in resolved}
+        all_stand_ins = {backend.name for backend in resolved.backends}
         # Lowering changes the program it is given: never the user's own (planning export_llama's
         # decoder twice raised KeyError 'rope.freqs_cos').
         source = (
             fresh_program(model, example_inputs) if isinstance(model, ExportedProgram) else program
         )
         with _composer_warnings() as said:
-            _edge, result = lower_stack(source, resolved, registry, all_stand_ins, stack, progress)
-        result = with_backend_facts(result, resolved)
+            _edge, result = lower_stack(
+                source, resolved.backends, resolved.registry, all_stand_ins, resolved.stack,
+                progress,
+            )  # fmt: skip
+        result = with_backend_facts(result, resolved.backends)
         if cached:
             cached.save({"plan": result, "warnings": said})
     else:
@@ -106,7 +93,8 @@ def plan(
         _replay(stored.get("warnings", ()))
         # A plan runs nothing, so it claims no proof, even read from a proven program.
         result = attrs.evolve(stored["plan"], proof="")
-    return attrs.evolve(result, stand_ins=tuple(b.name for b in resolved if b.name in unavailable))
+    stand_ins = tuple(b.name for b in resolved.backends if b.name in resolved.stand_ins)
+    return attrs.evolve(result, stand_ins=stand_ins)
 
 
 PLAN_SOURCES = ("plan", "program")  # where a plan may be found, in order
@@ -124,7 +112,7 @@ def _recipe_applied(model: Model, stack: Any, example_inputs, dynamic_shapes):
     return program, recipe_backends(stack), None
 
 
-def _program_cache(kinds: tuple[str, ...], wanted, resolved, stack: Stack, registry: Registry):
+def _program_cache(kinds: tuple[str, ...], wanted, resolved: ResolvedStack):
     """The cache of whole results for this stack, if caching is on and the stack digestible.
 
     Not with an explicit registry: it may hold plugin objects whose state no digest sees,
@@ -132,7 +120,9 @@ def _program_cache(kinds: tuple[str, ...], wanted, resolved, stack: Stack, regis
     if not wanted:
         return None
 
-    return ProgramCache.open(cache_dir(), kinds, resolved, stack, registry)
+    return ProgramCache.open(
+        cache_dir(), kinds, resolved.backends, resolved.stack, resolved.registry
+    )
 
 
 def _use_threads(stack: Stack) -> None:
@@ -206,80 +196,121 @@ def compose(
     if stack.placement == "measured":
         return _measured(model, stack, example_inputs, progress, cache, registry, check)
     given_registry = registry is not None
-    resolved, registry, stand_ins = _prepare(stack, registry, False)
+    resolved = resolve_stack(stack, registry)
     workers = _jobs(jobs)
-    stack = stack.with_defaults(resolved, registry)
     folder = cache_dir() if cache else None
-    cached = _program_cache(("program",), cache and not given_registry, resolved, stack, registry)
-    exported: list[ExportedProgram] = []
-
-    def program() -> ExportedProgram:
-        if not exported:
-            exported.append(export_model(model, example_inputs))
-        return exported[0]
-
-    exported_used = False  # the exported program went to a lowering, which changed it
-
-    def lower(current: Stack) -> Lowered:
-        nonlocal exported_used
-        # ExecuTorch's lowering changes the program it is given (a rotary embedding's
-        # non-persistent inv_freq leaves it: lowering it again for a repair raised KeyError
-        # 'model.rotary_emb.inv_freq'), so each lowering after the first gets a fresh one,
-        # and a program the user passed is never lowered itself.
-        first = not exported_used and not isinstance(model, ExportedProgram)
-        source = program() if first else fresh_program(model, example_inputs)
-        exported_used = True
-        return lower_program(
-            source, resolved, registry, stand_ins, current, progress, folder, workers,
-            again=lambda: fresh_program(model, example_inputs),
-        )  # fmt: skip
-
+    cached = _program_cache(("program",), cache and not given_registry, resolved)
+    composing = _Composing(model, example_inputs, resolved, progress, folder, workers)
     stored = cached.by_module(model, example_inputs) if cached else None
     if stored is None and cached:
-        stored = cached.by_program(program())
+        stored = cached.by_program(composing.program())
     if stored is not None:
         if progress is not None:
             progress(f"reused the composed program from the cache ({folder})")
         _replay(stored.get("warnings", ()))
-        # Lowered again only if asked for, maybe after the caller ran the model, which can
-        # update its buffers in place (a KV cache): from the model as it is now.
-        # torch.export's graph depends on the grad mode (verify runs under no_grad).
-        frozen, grad = copy.deepcopy(model), torch.is_grad_enabled()
-
-        # A repaired program is lowered again with its repairs.
-        repaired = repaired_stack(stack, stored["plan"].repairs)
-
-        def export_frozen() -> ExportedProgram:
-            with torch.set_grad_enabled(grad):
-                return export_model(frozen, example_inputs)
-
-        def lower_frozen() -> Lowered:
-            return lower_program(
-                export_frozen(), resolved, registry, stand_ins, repaired, progress, folder,
-                workers, again=export_frozen,
-            )  # fmt: skip
-
-        return Composition(stored["buffer"], stored["data_files"], stored["plan"],
-                           eager_of(model, example_inputs), example_inputs_of(model, example_inputs),
-                           from_cache=True, lower=lower_frozen)  # fmt: skip
-    made: list[Lowered] = []
-
-    def build(current: Stack) -> Composition:
-        lowered = lower(current)
-        made.append(lowered)
-        return Composition(lowered.buffer, lowered.data_files, lowered.plan,
-                           eager_of(model, example_inputs), example_inputs_of(model, example_inputs),
-                           lowered=lowered)  # fmt: skip
-
+        return composing.from_cache(stored)
     with _composer_warnings() as said:
-        composition = composed_and_proven(build, stack, check=check, progress=progress)
+        composition = composed_and_proven(
+            composing.build, resolved.stack, check=check, progress=progress
+        )
     # Only what can be lowered again to the same bytes: a composition from the cache lowers
     # again for its edge program and reference, which must match its bytes. A program that
     # was not checked is not stored: the cache holds proven programs only.
-    if cached and made[-1].repeatable and check:
+    if cached and composing.made[-1].repeatable and check:
         cached.save({"buffer": composition.buffer, "data_files": composition.data_files,
                      "plan": composition.plan, "warnings": said})  # fmt: skip
     return composition
+
+
+@attrs.define(eq=False)
+class _Composing:
+    """One model composed with one resolved stack: exported once, lowered for each attempt
+    (``build``, which composed_and_proven calls with each repaired stack)."""
+
+    model: Model
+    example_inputs: Sequence[Any] | None
+    resolved: ResolvedStack
+    progress: Callable[[str], None] | None
+    folder: Path | None  # the cache of lowered partitions (None: none)
+    workers: int
+    made: list[Lowered] = attrs.field(factory=list)  # what each build lowered, in order
+    _exported: ExportedProgram | None = None
+    _exported_used: bool = False  # the exported program went to a lowering, which changed it
+
+    def program(self) -> ExportedProgram:
+        """The model exported, once."""
+        if self._exported is None:
+            self._exported = export_model(self.model, self.example_inputs)
+        return self._exported
+
+    def fresh(self) -> ExportedProgram:
+        """A program no lowering has touched, equal to ``program()``."""
+        return fresh_program(self.model, self.example_inputs)
+
+    def lower(self, stack: Stack) -> Lowered:
+        """The model lowered with ``stack`` (the resolved stack's, maybe repaired)."""
+        # ExecuTorch's lowering changes the program it is given (a rotary embedding's
+        # non-persistent inv_freq leaves it: lowering it again for a repair raised KeyError
+        # 'model.rotary_emb.inv_freq'), so each lowering after the first gets a fresh one,
+        # and a program the user passed is never lowered itself.
+        first = not self._exported_used and not isinstance(self.model, ExportedProgram)
+        source = self.program() if first else self.fresh()
+        self._exported_used = True
+        resolved = self.resolved
+        return lower_program(
+            source, resolved.backends, resolved.registry, set(resolved.stand_ins), stack,
+            self.progress, self.folder, self.workers, again=self.fresh,
+        )  # fmt: skip
+
+    def build(self, stack: Stack) -> Composition:
+        """The composition of the model lowered with ``stack``."""
+        lowered = self.lower(stack)
+        self.made.append(lowered)
+        return Composition(lowered.buffer, lowered.data_files, lowered.plan,
+                           eager_of(self.model, self.example_inputs),
+                           example_inputs_of(self.model, self.example_inputs),
+                           lowered=lowered)  # fmt: skip
+
+    def from_cache(self, stored: Mapping[str, Any]) -> Composition:
+        """The composition the cache stored, lowered again only if asked for."""
+        # Maybe after the caller ran the model, which can update its buffers in place (a KV
+        # cache): from the model as it is now. torch.export's graph depends on the grad mode
+        # (verify runs under no_grad). A repaired program is lowered again with its repairs.
+        again = _LoweringAgain(
+            copy.deepcopy(self.model), self.example_inputs, torch.is_grad_enabled(),
+            self.resolved, repaired_stack(self.resolved.stack, stored["plan"].repairs),
+            self.progress, self.folder, self.workers,
+        )  # fmt: skip
+        return Composition(stored["buffer"], stored["data_files"], stored["plan"],
+                           eager_of(self.model, self.example_inputs),
+                           example_inputs_of(self.model, self.example_inputs),
+                           from_cache=True, lower=again)  # fmt: skip
+
+
+@attrs.frozen(eq=False)
+class _LoweringAgain:
+    """A composition from the cache, lowered again when asked for (its edge program, its
+    reference): from a copy of the model as it was composed, with the stack it was."""
+
+    model: Model  # a copy: the caller's model may change after
+    example_inputs: Sequence[Any] | None
+    grad: bool  # the grad mode it was composed in
+    resolved: ResolvedStack
+    stack: Stack  # the resolved stack with the stored plan's repairs
+    progress: Callable[[str], None] | None
+    folder: Path | None
+    workers: int
+
+    def export(self) -> ExportedProgram:
+        with torch.set_grad_enabled(self.grad):
+            return export_model(self.model, self.example_inputs)
+
+    def __call__(self) -> Lowered:
+        resolved = self.resolved
+        return lower_program(
+            self.export(), resolved.backends, resolved.registry, set(resolved.stand_ins),
+            self.stack, self.progress, self.folder, self.workers, again=self.export,
+        )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -319,15 +350,14 @@ def _measured(
 ) -> Composition:
     """Compose with the fastest candidate placement, measured here (composer.measure.placement)."""
 
-    registry = registry or default_registry()
-    resolved = registry.resolve(stack.backends)
     # The checks every candidate's compose makes, once and before any work.
-    stack.with_defaults(resolved, registry)
+    resolved = resolve_stack(stack, registry, must_lower_here=False)
+    registry = resolved.registry
     program = export_model(model, example_inputs)
     # With CUDA in the stack, on a GPU, every candidate runs hosted: one way of running
     # for all, or the comparison would measure the executors.
     hosted = aoti_host.host_unavailable_reason() is None and any(
-        b.spec.backend_id == cuda_manifest.CUDA_BACKEND_ID for b in resolved
+        b.spec.backend_id == cuda_manifest.CUDA_BACKEND_ID for b in resolved.backends
     )
     # Where ExecuTorch's C++ runtime is named, the candidates are timed there: the runtime
     # they deploy to (hosted timing ranked them otherwise on the H100).

@@ -26,7 +26,8 @@ from composer.lower.cache import cache_dir, cache_enabled
 from composer.lower.export import fresh_program
 from composer.lower.lowering import keeping_unwritten, lower_edge, written
 from composer.pipeline.proven import own_pins_unremarked, repaired_stack
-from composer.registry.discovery import Registry, default_registry
+from composer.registry.discovery import Registry
+from composer.registry.resolved import resolve_stack
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
 from composer.run.proof import ProgramFailed, prove
@@ -141,10 +142,8 @@ def compose_methods(
                 model, stack, inputs, progress=progress, cache=cache, registry=registry,
                 check=check, **settings,
             )  # fmt: skip
-    registry = registry or default_registry()
-    stack = Stack.of(stack, **settings)
-    resolved = registry.resolve(stack.backends)
-    stack = stack.with_defaults(resolved, registry)
+    # Each method's compose_one asked whether the backends lower here.
+    resolved = resolve_stack(Stack.of(stack, **settings), registry, must_lower_here=False)
     folder = cache_dir() if cache and cache_enabled() else None
     edges, plans = {}, {}
     for name, (model, inputs) in given.items():
@@ -152,10 +151,11 @@ def compose_methods(
         if alone[name].unwritten_edge is not None:
             edges[name], plans[name] = alone[name].unwritten_edge, plan
             continue
-        repaired = repaired_stack(stack, plan.repairs)
+        repaired = repaired_stack(resolved.stack, plan.repairs)
         with own_pins_unremarked(bool(plan.repairs)):
             edge, together, _ = lower_edge(
-                fresh_program(model, inputs), resolved, registry, set(), repaired, progress, folder, 1,
+                fresh_program(model, inputs), resolved.backends, resolved.registry, set(),
+                repaired, progress, folder, 1,
                 again=lambda model=model, inputs=inputs: fresh_program(model, inputs),
             )  # fmt: skip
         edges[name] = edge.exported_program()

@@ -24,7 +24,8 @@ from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpe
 from composer.contract.errors import ComposerError
 from composer.contract.op_names import op_name
 from composer.lower.export import Model, example_inputs_of, export_model, fresh_program
-from composer.registry.discovery import Registry, default_registry
+from composer.registry.discovery import Registry
+from composer.registry.resolved import resolve_stack
 from composer.registry.stack import Stack
 from composer.run.compare import compare
 from composer.scheduler.origins import origin_backends
@@ -145,15 +146,14 @@ def quantize(
     # Imported here: it imports executorch.exir, seconds that a cache hit elsewhere never pays.
     from composer.lower.stack import lower_stack
 
-    stack = Stack.of(stack, **settings)
-    registry = registry or default_registry()
-    resolved = registry.resolve(stack.backends)
-    stack = stack.with_defaults(resolved, registry)
+    # Quantizing plans the stack, which runs anywhere: every backend lowers to the stand-in.
+    resolved = resolve_stack(Stack.of(stack, **settings), registry, must_lower_here=False)
+    stack, registry = resolved.stack, resolved.registry
 
     def quantizer_of(backend) -> Quantizer | None:
         return registry.quantizer(backend, stack.options.get(backend.name, {}))
 
-    quantizers = {b.name: q for b in resolved if (q := quantizer_of(b)) is not None}
+    quantizers = {b.name: q for b in resolved.backends if (q := quantizer_of(b)) is not None}
     if not quantizers:
         raise ComposerError(
             f"no backend of {list(stack.backends)} offers a quantizer (the composer_quantizer "
@@ -168,18 +168,22 @@ def quantize(
 
     def planned_for(candidate: ExportedProgram) -> dict[str, str]:
         edge, plan = lower_stack(
-            fresh_program(candidate, None), resolved, registry, {b.name for b in resolved}, stack
+            fresh_program(candidate, None),
+            resolved.backends,
+            registry,
+            {b.name for b in resolved.backends},
+            stack,
         )
         return origin_backends(edge.exported_program().graph_module, plan.node_backends)
 
     planned = planned_for(program)
     compute = [node.name for node in program.graph.nodes if node.op == "call_function"]
-    for index, backend in enumerate(resolved):
+    for index, backend in enumerate(resolved.backends):
         if backend.name not in quantizers or backend.name in planned.values():
             continue
         # What a backend ahead of it took float stays that backend's: the stack's order comes
         # first (with nothing else left, no trial: openvino,xnnpack where OpenVINO takes all).
-        ahead = {b.name for b in resolved[:index]}
+        ahead = {b.name for b in resolved.backends[:index]}
         free = {name for name in compute if planned.get(name) not in ahead}
         if free:
             # A fresh quantizer for the trial: the hook promises one per call.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+import attrs
 from executorch.exir.backend.partitioner import Partitioner
 
 from composer.contract.errors import ComposerError
@@ -37,17 +38,19 @@ def partitioner(name: str, *, registry: Registry | None = None, **options: str) 
 
 def listed(*partitioners: Partitioner) -> list[Partitioner]:
     """The list for ``to_edge_transform_and_lower``, each composer partitioner told the others."""
+    together = list(partitioners)
     for each in partitioners:
         if isinstance(each, ComposerPartitioner):
-            each.stack = partitioners
-    return list(partitioners)
+            # Made before the list was: each is told it here.
+            each.lowering = attrs.evolve(each.lowering, partitioners=together)
+    return together
 
 
 class DropInPartitioner(ComposerPartitioner):
     """``composer.partitioner(name)``: in a list that composer may not have been told about."""
 
     def listed_with(self) -> Sequence[Partitioner]:
-        return self.stack or _partitioners_listed_with(self)
+        return self.lowering.partitioners or _partitioners_listed_with(self)
 
 
 def _partitioners_listed_with(partitioner: Partitioner) -> list[Partitioner]:

@@ -63,6 +63,27 @@ class Schedule(Protocol):
         """Node names ``partitioner`` must not take in ``program``, each with the reason."""
 
 
+@attrs.frozen(eq=False)
+class StackLowering:
+    """What the partitioners of one lowering share, given to each when it is made.
+
+    ``partitioners``: those lowered together, in list order; whoever makes them lists them
+    here once they exist (each reads the others through it)."""
+
+    partitioners: list[Partitioner] = attrs.field(factory=list)
+    # The stack's assignment: what each backend must leave to others (None: nothing).
+    schedule: Schedule | None = None
+    # Nodes to decompose although a backend asks to keep their op whole, as a
+    # KeptWholeButLeft of an earlier attempt named them: origin_name -> the backend that
+    # left the node -> why.
+    decomposed: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
+    # composer.Stack.keep_whole: "priority" asks backends ahead for the pieces, "any" not.
+    keep_whole: str = "priority"
+    # The operators the runtime that will run the program has kernels for (None: any with
+    # an out variant): what is kept whole and left must be among them.
+    kernels: frozenset[str] | None = None
+
+
 def _asked_after_a_composer_backend(op: object, asked) -> bool:
     """Whether a composer backend comes ahead of every backend that keeps ``op`` whole."""
     for partitioner, listed, _ in asked:
@@ -77,7 +98,8 @@ class ComposerPartitioner(Partitioner):
     """Partitions for one backend: guarded, maximal convex, validated before lowering.
 
     Usable on its own in ``to_edge_transform_and_lower(ep, partitioner=[...])`` next to
-    any other ExecuTorch partitioner; in a stack, ``schedule`` says what it must leave to others.
+    any other ExecuTorch partitioner; in a stack, ``lowering`` (shared by the stack's
+    partitioners) says what it must leave to others.
     """
 
     def __init__(
@@ -88,43 +110,35 @@ class ComposerPartitioner(Partitioner):
         stand_in: bool = False,
         method_name: str = "forward",
         on_partition: Callable[[PartitionRecord], None] | None = None,
-        stack: Sequence[Partitioner] = (),
         options: Mapping[str, str] | None = None,
         min_partition_size: int | None = None,
         progress: Callable[[str], None] | None = None,
-        schedule: Schedule | None = None,
+        lowering: StackLowering | None = None,
+        check_backend_class: bool | None = None,
     ) -> None:
         self.backend = backend
         self.registry = registry
         self.stand_in = stand_in
         self.method_name = method_name
         self.on_partition = on_partition
-        # The partitioners of the list this one is lowered in, itself included.
-        self.stack = tuple(stack)
         self.options = dict(options or {})
         self.min_partition_size = min_partition_size or backend.spec.min_partition_size
         self.progress = progress
-        self.schedule = schedule
+        self.lowering = lowering if lowering is not None else StackLowering()
         self._native: Partitioner | None = None
         self._native_asked = False
         self.entered = False  # partition() has been called: its backend is being lowered
-        # Nodes to decompose although a backend asks to keep their op whole, as a
-        # KeptWholeButLeft of an earlier attempt named them: origin_name -> the backend that
-        # left the node -> why. Shared by the stack.
-        self.decomposed: Mapping[str, Mapping[str, str]] = {}
         self.kept_whole_ops: frozenset[object] = frozenset()  # what this backend last asked for
         self.declined: Mapping[str, str] = {}  # node name -> why, from its last partition()
         self._pieces: PieceProbes | None = None
         # (ops, filter): this partitioner's last answer to ops_to_not_decompose
         self.asked_to_keep: tuple[list[object], Callable | None] | None = None
-        # composer.Stack.keep_whole: "priority" asks backends ahead for the pieces, "any" not.
-        self.keep_whole = "priority"
-        # The operators the runtime that will run the program has kernels for (None: any
-        # with an out variant): what is kept whole and left must be among them.
-        self.kernels: frozenset[str] | None = None
-        # A stand-in for a backend that can lower here: its ExecuTorch backend must exist too,
-        # so that a plan that succeeds means lowering will find it.
-        self.check_backend_class = not stand_in
+        # Whether its ExecuTorch backend must exist: a real backend's, and a stand-in's for a
+        # backend that can lower here, so that a plan that succeeds means lowering will find
+        # it (None: only a real backend's).
+        self.check_backend_class = (
+            not stand_in if check_backend_class is None else check_backend_class
+        )
         super().__init__()
 
     def __repr__(self) -> str:
@@ -132,7 +146,7 @@ class ComposerPartitioner(Partitioner):
 
     def listed_with(self) -> Sequence[Partitioner]:
         """The partitioners of the list this one is lowered in (itself may be among them)."""
-        return self.stack
+        return self.lowering.partitioners
 
     # --- the hooks ExecuTorch calls -------------------------------------------------
 
@@ -182,11 +196,11 @@ class ComposerPartitioner(Partitioner):
         probing = {
             op
             for op in ops
-            if self.keep_whole == "priority"
+            if self.lowering.keep_whole == "priority"
             and op in decomposable()
             and _asked_after_a_composer_backend(op, asked)
         }
-        decomposed = self.decomposed
+        decomposed = self.lowering.decomposed
         if not decomposed and not probing and all(f is None for _, _, f in asked):
             return (ops, None)
 
@@ -216,7 +230,7 @@ class ComposerPartitioner(Partitioner):
     def prefers_pieces_of(self, node: torch.fx.Node, program: ExportedProgram) -> bool:
         """Whether this backend declines ``node`` (of the ATen ``program``) whole but would
         take every op it decomposes into, pins included."""
-        pins = getattr(self.schedule, "never", {}).get(self.backend.name, frozenset())
+        pins = getattr(self.lowering.schedule, "never", {}).get(self.backend.name, frozenset())
 
         def pinned(op: str) -> bool:
             # A node pin names an edge node (node:aten_linear_default_3), which does not exist
@@ -258,9 +272,10 @@ class ComposerPartitioner(Partitioner):
         graph = exported_program.graph_module.graph
         guarded = foreign_delegate_nodes(graph)
         support = self.support(exported_program, guarded)
+        schedule = self.lowering.schedule
         withheld = (
-            self.schedule.withheld_from(self, exported_program, guarded, support)
-            if self.schedule is not None
+            schedule.withheld_from(self, exported_program, guarded, support)
+            if schedule is not None
             else {}
         )
         declined: dict[str, str] = {}
@@ -382,7 +397,7 @@ class ComposerPartitioner(Partitioner):
     def _left_before(self, node: torch.fx.Node) -> str | None:
         # What this backend left whole it leaves in pieces too: a pin on a node holds for
         # what it decomposes into, and pieces need not pass the minimum size the whole failed.
-        left = self.decomposed.get(origin_name(node), {})
+        left = self.lowering.decomposed.get(origin_name(node), {})
         return left.get(self.backend.name)
 
     def _kept_whole_but_left(
@@ -391,9 +406,10 @@ class ComposerPartitioner(Partitioner):
         """Once the last backend has partitioned: the nodes ExecuTorch will refuse, left
         undecomposed for a backend and taken by none (``kept_whole.kept_whole_but_left``)."""
         # Only the last backend knows: a node one backend leaves, a later one may take whole.
-        if self.stack and self is not self.stack[-1]:
+        listed = self.lowering.partitioners
+        if listed and self is not listed[-1]:
             return {}
-        stack = [p for p in self.stack or (self,) if isinstance(p, ComposerPartitioner)]
+        stack = [p for p in listed or (self,) if isinstance(p, ComposerPartitioner)]
         keepers = [(p.backend.name, p.kept_whole_ops, p.declined) for p in stack]
         # ExecuTorch's check after lowering asks every partitioner again, of the lowered edge
         # program; asked so, a plugin that lists the ATen ops it finds (the AOTInductor ones)
@@ -401,7 +417,9 @@ class ComposerPartitioner(Partitioner):
         ops, op_filter = self._stack_ops_to_not_decompose(program, record=False)
         # What the decomposition kept whole: to_executorch refuses what of it has no kernel.
         kept = self.asked_to_keep[0] if self.asked_to_keep is not None else ops
-        return kept_whole_but_left(program, taken, ops, op_filter, keepers, kept, self.kernels)
+        return kept_whole_but_left(
+            program, taken, ops, op_filter, keepers, kept, self.lowering.kernels
+        )
 
     def _report(self, partitions: list[list[torch.fx.Node]], elapsed: float) -> None:
         if self.progress is None:

@@ -30,12 +30,10 @@ class StackSchedule:
 
     def __init__(
         self,
-        partitioners: Sequence[ComposerPartitioner],
         never: Mapping[str, frozenset[str]],
         consolidate: bool,
         decomposed_names: set[str] = frozenset(),
     ) -> None:
-        self.partitioners = tuple(partitioners)
         # Nodes an earlier attempt had and decomposed: a pin naming one still names a node.
         self.decomposed_names = frozenset(decomposed_names)
         self.never = never
@@ -54,16 +52,25 @@ class StackSchedule:
     ) -> Mapping[str, str]:
         """Node names ``partitioner`` must not take in ``program``, each with the reason."""
         if self.assignment is None:
-            if partitioner is not self.partitioners[0] or guarded:
+            # The stack's partitioners, as the lowering that shares this schedule lists them.
+            partitioners = [
+                p for p in partitioner.listed_with() if isinstance(p, ComposerPartitioner)
+            ]
+            if not partitioners or partitioner is not partitioners[0] or guarded:
                 raise PartitionError(
                     f"backend {partitioner.backend.name!r} partitioned before the first backend "
                     "of the stack, or on a program with delegates in it: ExecuTorch no longer "
                     "lowers in list order. This is a bug in composer; please report it."
                 )
-            self.assignment = self._decide(program, support)
+            self.assignment = self._decide(partitioners, program, support)
         return self.assignment.withheld_from(partitioner.backend.name)
 
-    def _decide(self, program: ExportedProgram, first: Support) -> Assignment:
+    def _decide(
+        self,
+        partitioners: Sequence[ComposerPartitioner],
+        program: ExportedProgram,
+        first: Support,
+    ) -> Assignment:
         graph = program.graph_module.graph
         ops = {
             node.name: op_name(node)
@@ -71,7 +78,7 @@ class StackSchedule:
             if node.op == "call_function" and op_name(node) != "getitem"
         }
         self.edges = tuple(data_edges(graph))
-        order = [p.backend.name for p in self.partitioners]
+        order = [p.backend.name for p in partitioners]
         never = {name: self.never[name] for name in order if name in self.never}
         calls = [n for n in graph.nodes if n.op == "call_function"]
         warn_about_pins_naming_no_op(
@@ -79,7 +86,7 @@ class StackSchedule:
             (op_name(n) for n in calls),
             [*(n.name for n in calls), *self.decomposed_names],
         )
-        devices = {p.backend.name: p.backend.spec.device for p in self.partitioners}
+        devices = {p.backend.name: p.backend.spec.device for p in partitioners}
         if not self.consolidate:
             return assign(ops, order, never)
         supported = {order[0]: first.names(graph, set())}
@@ -87,7 +94,7 @@ class StackSchedule:
         # this one only feeds the assignment; its warnings come once, from that second ask.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ComposerWarning)
-            for partitioner in self.partitioners[1:]:
+            for partitioner in partitioners[1:]:
                 answer = partitioner.support(program, set())
                 supported[partitioner.backend.name] = answer.names(graph, set())
         return assign(ops, order, never, supported, self.edges, devices)

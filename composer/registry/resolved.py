@@ -1,0 +1,47 @@
+"""A stack resolved once: its backends found among the installed plugins, their options
+checked and defaults filled in, and which of them can only be planned here."""
+
+from __future__ import annotations
+
+import attrs
+
+from composer.contract.errors import BackendListError
+from composer.registry.discovery import Backend, Registry, default_registry
+from composer.registry.stack import Stack
+
+
+@attrs.frozen(eq=False)
+class ResolvedStack:
+    """What ``plan``, ``compose`` and the rest work from, made by :func:`resolve_stack`."""
+
+    stack: Stack  # every backend's options checked, its plugin's defaults filled in
+    backends: tuple[Backend, ...]  # the stack's backends, in priority order
+    registry: Registry  # the plugins that resolved them
+    # The backends that cannot lower on this machine, where that is allowed: a plan lowers
+    # them to composer's stand-in.
+    stand_ins: frozenset[str] = frozenset()
+
+
+def resolve_stack(
+    stack: Stack, registry: Registry | None = None, *, must_lower_here: bool = True
+) -> ResolvedStack:
+    """``stack`` resolved through ``registry`` (default: the installed plugins).
+
+    ``must_lower_here``: a backend that cannot lower on this machine raises
+    BackendListError; otherwise it is named among the stand-ins."""
+    registry = registry or default_registry()
+    backends = tuple(registry.resolve(stack.backends))
+    stand_ins = set()
+    for backend in backends:
+        reason = registry.unavailable_reason(backend)
+        if reason is None:
+            continue
+        if must_lower_here:
+            raise BackendListError(
+                f"backend {backend.name!r} cannot lower on this machine: {reason}. Run "
+                "composer.plan() here for the plan, and compose on a machine that has it."
+            )
+        stand_ins.add(backend.name)
+    return ResolvedStack(
+        stack.with_defaults(backends, registry), backends, registry, frozenset(stand_ins)
+    )
