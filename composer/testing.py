@@ -110,10 +110,7 @@ def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str,
     settings.pop("cache", None)
     resolved = resolve_stack(Stack.of(backends, **settings), registry, must_lower_here=False)
     program = export_model(model, example_inputs)
-    stand_ins = {b.name for b in resolved.backends}
-    edge, _plan = lower_stack(
-        program, resolved.backends, resolved.registry, stand_ins, resolved.stack
-    )
+    edge, _plan = lower_stack(program, resolved.planned())
     return edge
 
 

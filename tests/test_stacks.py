@@ -10,6 +10,7 @@ import composer
 from composer.lower.stack import lower_stack
 from composer.models import zoo
 from composer.registry.discovery import default_registry
+from composer.registry.resolved import resolve_stack
 from composer.registry.stack import Stack
 
 STACKS = [
@@ -175,14 +176,10 @@ def test_a_native_partitioner_runs_once_per_program_it_is_asked_about(
 
 def lowered_plan(model_name, stack: Stack):
     """The plan of ``lower_stack`` itself, every backend a stand-in: no cache, no placement."""
-    registry = default_registry()
     model, inputs = zoo.load(model_name)
     program = torch.export.export(model, inputs, strict=False)
-    backends = registry.resolve(stack.backends)
-    stand_ins = set(stack.backends)
-    return lower_stack(
-        program, backends, registry, stand_ins, stack.with_defaults(backends, registry)
-    )[1]
+    resolved = resolve_stack(stack, default_registry(), must_lower_here=False)
+    return lower_stack(program, resolved.planned())[1]
 
 
 def test_plan_edges_include_those_inside_a_delegate():

@@ -244,15 +244,16 @@ def _executorch_xnnpack_then_aoti(blocks: int, queue) -> None:
 def xnnpack_then_cuda(blocks_list: list[int], cap: float) -> list[dict]:
     """Deep models with XNNPACK first and the CUDA partitioner second (CUDA as a stand-in)."""
     from composer.lower.stack import lower_stack
-    from composer.registry.discovery import default_registry
+    from composer.registry.resolved import resolve_stack
+    from composer.registry.stack import Stack
 
-    registry = default_registry()
-    backends = registry.resolve(["xnnpack", "cuda"])
+    # Without a GPU cuda is a stand-in (the backends that cannot lower here).
+    resolved = resolve_stack(Stack(["xnnpack", "cuda"]), must_lower_here=False)
     rows = []
     for blocks in blocks_list:
         program = _llama_stack(blocks)
         start = time.perf_counter()
-        _edge, plan = lower_stack(program, backends, registry, stand_ins={"cuda"})
+        _edge, plan = lower_stack(program, resolved)
         seconds = time.perf_counter() - start
         context = multiprocessing.get_context("fork")
         queue = context.Queue()

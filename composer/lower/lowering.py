@@ -20,7 +20,7 @@ from torch.export import ExportedProgram
 from composer.contract.errors import ComposerError
 from composer.contract.op_names import op_name
 from composer.lower.cache import Store
-from composer.registry.stack import Stack
+from composer.registry.resolved import ResolvedStack
 from composer.scheduler.plans import QUANTIZED_OPS, Plan
 
 if TYPE_CHECKING:
@@ -73,10 +73,7 @@ def keeping_unwritten() -> Iterator[None]:
 
 def lower_program(
     program,
-    resolved,
-    registry,
-    stand_ins,
-    stack: Stack,
+    resolved: ResolvedStack,
     progress,
     folder: Path | None,
     jobs: int,
@@ -84,9 +81,7 @@ def lower_program(
 ) -> Lowered:
     """Lower ``program`` with the resolved stack, reusing lowered partitions from ``folder``
     (``None``: no cache), ``jobs`` processes lowering them; ``again`` as for ``lower_stack``."""
-    edge, result, repeatable = lower_edge(
-        program, resolved, registry, stand_ins, stack, progress, folder, jobs, again
-    )
+    edge, result, repeatable = lower_edge(program, resolved, progress, folder, jobs, again)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
     unwritten = copy.deepcopy(edge.exported_program()) if _KEEP_UNWRITTEN.get() else None
@@ -160,10 +155,7 @@ def _portable_quantize_hint(edge: EdgeProgramManager, error: Exception) -> str:
 
 def lower_edge(
     program,
-    resolved,
-    registry,
-    stand_ins,
-    stack: Stack,
+    resolved: ResolvedStack,
     progress,
     folder: Path | None,
     jobs: int,
@@ -175,10 +167,14 @@ def lower_edge(
     from composer.lower.partition_cache import reusing
     from composer.lower.stack import lower_stack
 
-    lowering = {b.spec.backend_id: b for b in resolved if b.name not in stand_ins}
+    lowering = {b.spec.backend_id: b for b in resolved.backends if b.name not in resolved.stand_ins}
     store = None if folder is None else Store(folder, "partition")
     # A compiler's report (Vela prints its network summary) is a log: on stdout it would run
     # into what composer writes there, `composer lower`'s table or `plan --json`.
     with reusing(lowering, store, progress, jobs) as reuse, contextlib.redirect_stdout(sys.stderr):
-        edge, result = lower_stack(program, resolved, registry, stand_ins, stack, progress, again)
-    return edge, with_backend_facts(result, resolved), store is not None and reuse.unstored == 0
+        edge, result = lower_stack(program, resolved, progress, again)
+    return (
+        edge,
+        with_backend_facts(result, resolved.backends),
+        store is not None and reuse.unstored == 0,
+    )

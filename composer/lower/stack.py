@@ -19,6 +19,7 @@ from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.lower.runtime_kernels import target_kernels
 from composer.registry.discovery import Backend, Registry
+from composer.registry.resolved import ResolvedStack
 from composer.registry.stack import Stack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
@@ -32,15 +33,12 @@ from composer.scheduler.schedule import StackSchedule
 
 def lower_stack(
     program: ExportedProgram,
-    backends: list[Backend],
-    registry: Registry,
-    stand_ins: set[str],
-    stack: Stack,
+    resolved: ResolvedStack,
     progress: Callable[[str], None] | None = None,
     again: Callable[[], ExportedProgram] | None = None,
 ) -> tuple[EdgeProgramManager, Plan]:
-    """Lower ``program`` with ``backends`` (``stack``'s, resolved) in order; those in
-    ``stand_ins`` lower to a stand-in. ``stack`` has its options' defaults filled in.
+    """Lower ``program`` with ``resolved``'s backends in order (its stand-ins lower to a
+    stand-in) and its stack, whose options have their defaults filled in.
 
     ``again`` gives a program no lowering has touched, equal to ``program``, for a second
     attempt: a backend's lowering may change the program it is given (OpenVINO's deletes
@@ -55,8 +53,9 @@ def lower_stack(
     while True:
         try:
             return _lower_once(
-                program, backends, registry, stand_ins, stack, progress, decomposed, gone
-            )
+                program, list(resolved.backends), resolved.registry, set(resolved.stand_ins),
+                resolved.stack, progress, decomposed, gone,
+            )  # fmt: skip
         except KeptWholeButLeft as left:
             if all(origin in decomposed for origin, _ in left.nodes.values()):
                 raise

@@ -72,18 +72,14 @@ def plan(
         # executorch.exir takes seconds to import, and a plan from the cache needs none of it.
         from composer.lower.stack import lower_stack
 
-        # Plan mode compiles nothing: every backend lowers to the stand-in.
-        all_stand_ins = {backend.name for backend in resolved.backends}
         # Lowering changes the program it is given: never the user's own (planning export_llama's
         # decoder twice raised KeyError 'rope.freqs_cos').
         source = (
             fresh_program(model, example_inputs) if isinstance(model, ExportedProgram) else program
         )
         with _composer_warnings() as said:
-            _edge, result = lower_stack(
-                source, resolved.backends, resolved.registry, all_stand_ins, resolved.stack,
-                progress,
-            )  # fmt: skip
+            # Plan mode compiles nothing: every backend lowers to the stand-in.
+            _edge, result = lower_stack(source, resolved.planned(), progress)
         result = with_backend_facts(result, resolved.backends)
         if cached:
             cached.save({"plan": result, "warnings": said})
@@ -258,8 +254,8 @@ class _Composing:
         self._exported_used = True
         resolved = self.resolved
         return lower_program(
-            source, resolved.backends, resolved.registry, set(resolved.stand_ins), stack,
-            self.progress, self.folder, self.workers, again=self.fresh,
+            source, resolved.lowering(stack), self.progress, self.folder, self.workers,
+            again=self.fresh,
         )  # fmt: skip
 
     def build(self, stack: Stack) -> Composition:
@@ -308,8 +304,8 @@ class _LoweringAgain:
     def __call__(self) -> Lowered:
         resolved = self.resolved
         return lower_program(
-            self.export(), resolved.backends, resolved.registry, set(resolved.stand_ins),
-            self.stack, self.progress, self.folder, self.workers, again=self.export,
+            self.export(), resolved.lowering(self.stack), self.progress, self.folder,
+            self.workers, again=self.export,
         )  # fmt: skip
 
 

@@ -154,8 +154,7 @@ def compose_methods(
         repaired = repaired_stack(resolved.stack, plan.repairs)
         with own_pins_unremarked(bool(plan.repairs)):
             edge, together, _ = lower_edge(
-                fresh_program(model, inputs), resolved.backends, resolved.registry, set(),
-                repaired, progress, folder, 1,
+                fresh_program(model, inputs), resolved.lowering(repaired), progress, folder, 1,
                 again=lambda model=model, inputs=inputs: fresh_program(model, inputs),
             )  # fmt: skip
         edges[name] = edge.exported_program()

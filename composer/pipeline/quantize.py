@@ -167,13 +167,7 @@ def quantize(
         raise ComposerError("the model is already quantized: compose it as it is.")
 
     def planned_for(candidate: ExportedProgram) -> dict[str, str]:
-        edge, plan = lower_stack(
-            fresh_program(candidate, None),
-            resolved.backends,
-            registry,
-            {b.name for b in resolved.backends},
-            stack,
-        )
+        edge, plan = lower_stack(fresh_program(candidate, None), resolved.planned())
         return origin_backends(edge.exported_program().graph_module, plan.node_backends)
 
     planned = planned_for(program)

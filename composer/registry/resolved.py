@@ -21,6 +21,14 @@ class ResolvedStack:
     # them to composer's stand-in.
     stand_ins: frozenset[str] = frozenset()
 
+    def lowering(self, stack: Stack) -> ResolvedStack:
+        """The same backends lowered with ``stack`` (a repair's: its pins added)."""
+        return attrs.evolve(self, stack=stack)
+
+    def planned(self) -> ResolvedStack:
+        """Every backend a stand-in: what a plan lowers, on any machine."""
+        return attrs.evolve(self, stand_ins=frozenset(b.name for b in self.backends))
+
 
 def resolve_stack(
     stack: Stack, registry: Registry | None = None, *, must_lower_here: bool = True
