@@ -18,9 +18,7 @@ from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.lower.runtime_kernels import target_kernels
-from composer.registry.discovery import Backend, Registry
 from composer.registry.resolved import ResolvedStack
-from composer.registry.stack import Stack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
 from composer.scheduler.kept_whole import KeptWholeButLeft
@@ -52,10 +50,7 @@ def lower_stack(
     gone: set[str] = set()  # their names, which pins may name
     while True:
         try:
-            return _lower_once(
-                program, list(resolved.backends), resolved.registry, set(resolved.stand_ins),
-                resolved.stack, progress, decomposed, gone,
-            )  # fmt: skip
+            return _lower_once(program, resolved, progress, decomposed, gone)
         except KeptWholeButLeft as left:
             if all(origin in decomposed for origin, _ in left.nodes.values()):
                 raise
@@ -71,14 +66,13 @@ def lower_stack(
 
 def _lower_once(
     program: ExportedProgram,
-    backends: list[Backend],
-    registry: Registry,
-    stand_ins: set[str],
-    stack: Stack,
+    resolved: ResolvedStack,
     progress: Callable[[str], None] | None,
     decomposed: Mapping[str, Mapping[str, str]],
     gone: set[str],
 ) -> tuple[EdgeProgramManager, Plan]:
+    backends, registry, stack = list(resolved.backends), resolved.registry, resolved.stack
+    stand_ins = resolved.stand_ins
     records: list[PartitionRecord] = []
     lowering = StackLowering(
         schedule=StackSchedule(stack.never, stack.consolidates, gone),
