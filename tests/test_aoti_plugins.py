@@ -360,3 +360,45 @@ def test_an_op_without_decomposition_left_by_cuda_runs_on_its_portable_kernel():
     plan = composer.plan(AnyDim(), stack, (torch.randn(2, 3, 4, 8),), cache=False)
     assert plan.ops_on("portable") == {"aten.any.dim": 1}
     assert plan.nodes_on("xnnpack")
+
+
+class _SizedTwice(nn.Module):
+    """Two views sized by the input's dynamic length, with a node between them that CUDA does
+    not take: two CUDA partitions that both need the length."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        h = torch.sigmoid(torch.relu(x).reshape(n, 8))
+        return (h * 2).reshape(1, n, 8)
+
+
+def test_each_cuda_delegate_computes_the_sizes_it_needs_from_its_inputs_shape():
+    # export_llama's dynamic decoder: the token count, read once, crossed from one CUDA
+    # delegate into the next as an int, and AOTInductor failed that partition ("aten::arange()
+    # ... 'end' ... 'NoneType'"). Each reader now has its own sym_size, so each delegate
+    # computes the size from its input's shape, and no view is left on the host for it.
+    seq = torch.export.Dim("seq", min=2, max=16)
+    program = torch.export.export(_SizedTwice(), (torch.randn(1, 4, 8),),
+                                  dynamic_shapes=({1: seq},))  # fmt: skip
+    plan = composer.plan(program, composer.Stack(["cuda"], never={"cuda": ["aten.sigmoid.default"]}),
+                         cache=False)  # fmt: skip
+    cuda = [p for p in plan.partitions if p.backend == "cuda"]
+    assert len(cuda) == 2
+    assert all(p.op_counts.get("aten.sym_size.int") == 1 for p in cuda), plan.to_dict()
+    assert set(plan.ops_on("portable")) == {"aten.sigmoid.default"}
+
+
+def test_a_size_never_crosses_a_cuda_delegates_boundary():
+    # Without a copy of its own (here the user's pin keeps sym_size itself off CUDA), the node
+    # that would read a size into the delegate stays on the host instead.
+    seq = torch.export.Dim("seq", min=2, max=16)
+    program = torch.export.export(_SizedTwice(), (torch.randn(1, 4, 8),),
+                                  dynamic_shapes=({1: seq},))  # fmt: skip
+    stack = composer.Stack(["cuda"], never={"cuda": ["aten.sigmoid.default", "aten.sym_size.int"]})
+    plan = composer.plan(program, stack, cache=False)
+    reasons = {f.op: dict(f.reasons)["cuda"] for f in plan.fallbacks}
+    assert reasons["aten.view_copy.default"] == (
+        "left out of its partition: it would read sym_size_int into the delegate as a number (a "
+        "size such as sym_size), not a tensor: AOTInductor compiles a delegate's inputs and "
+        "outputs as tensors"
+    )

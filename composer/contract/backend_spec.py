@@ -78,6 +78,10 @@ class BackendSpec:
     plugin's ``{"triton_kernel_mode": "OFF"}``: no Triton SDPA): where one of its delegates
     computes wrong or fails at run time, the proof tries the stack with these set before it
     moves the delegate's nodes to the next backend.
+    ``sizes_from_shapes``: its delegates take tensors only, never a size as an int (the
+    AOTInductor backends): composer gives each node that reads a dynamic input's size its
+    own ``sym_size`` node before partitioning, so each delegate computes the size from the
+    input's shape instead of receiving it.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
@@ -94,4 +98,7 @@ class BackendSpec:
     keeps_state: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     safer_options: tuple[tuple[str, str], ...] = attrs.field(
         default=(), converter=lambda given: tuple(sorted(dict(given).items()))
+    )
+    sizes_from_shapes: bool = attrs.field(
+        default=False, validator=attrs.validators.instance_of(bool)
     )

@@ -18,6 +18,7 @@ from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.lower.runtime_kernels import target_kernels
+from composer.lower.size_reads import sizes_per_reader
 from composer.registry.resolved import ResolvedStack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
@@ -122,7 +123,7 @@ def _lower(
         with unsaid_preservation_warnings(), pending_symbols_set_aside([program]):
             return to_edge_transform_and_lower(
                 program,
-                transform_passes=list(KERNEL_GAP_PASSES),
+                transform_passes=_transform_passes(partitioners),
                 partitioner=partitioners,
                 # Backends keep ops whole that the edge dialect's validity check does not know.
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
@@ -138,6 +139,15 @@ def _lower(
             if written:
                 raise parameters_written_error(written) from error
         raise failure from error
+
+
+def _transform_passes(partitioners: list[ComposerPartitioner]) -> list:
+    """The rewrites before partitioning: the kernel gaps', and a size per reader where a
+    backend of the stack takes tensors only (``BackendSpec.sizes_from_shapes``)."""
+    passes = list(KERNEL_GAP_PASSES)
+    if any(p.backend.spec.sizes_from_shapes for p in partitioners):
+        passes.append(sizes_per_reader)
+    return passes
 
 
 def _lowering_error(

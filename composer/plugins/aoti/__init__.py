@@ -10,7 +10,7 @@ portable kernels), and says why in the plan.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 
 import torch
 import torch.fx
@@ -213,6 +213,24 @@ class AotiOperatorSupport(ExplainedSupport):
                     "max_autotune ON to compile it as a Triton kernel"
                 )
         return None
+
+    def reason_unsupported_at_boundary(
+        self, node: torch.fx.Node, partition: Container[torch.fx.Node]
+    ) -> str | None:
+        # A delegate's inputs and outputs are tensors to AOTInductor: a size handed in as an
+        # int arrives as None (export_llama's dynamic decoder: "aten::arange() ... 'end' ...
+        # 'NoneType'", "aten::view_copy() ... immutable_list"). Left out, the node that reads
+        # it runs on the host, and the partition gets tensors whose shapes carry the size.
+        if _is_scalar(node.meta.get("val")):
+            return (
+                "a number (a size such as sym_size), not a tensor: AOTInductor compiles a "
+                "delegate's inputs and outputs as tensors"
+            )
+        return None
+
+
+def _is_scalar(value: object) -> bool:
+    return isinstance(value, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def _reads_run_time_values(node: torch.fx.Node) -> bool:

@@ -48,7 +48,7 @@ class CudaOperatorSupport(AotiOperatorSupport):
                 "a select or slice not from 0...): ExecuTorch's CUDA runtime copies out only "
                 "outputs at storage offset 0"
             )
-        return None
+        return super().reason_unsupported_at_boundary(node, partition)
 
 
 def _view_past_start(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> bool:
@@ -88,6 +88,8 @@ class CudaPlugin(AotiPlugin):
         # wrong (issue 41's bf16 encoder: 58x eager's error at length 3): off, SDPA is left to
         # the next backend and the rest stays on the GPU.
         safer_options={"triton_kernel_mode": "OFF"},
+        # AOTInductor compiles delegate inputs as tensors: a size handed in arrives as None.
+        sizes_from_shapes=True,
     )
     inductor_device = "cuda"
     support_class = CudaOperatorSupport

@@ -20,6 +20,8 @@ class MetalPlugin(AotiPlugin):
         # AotiPartitioner tags mutated buffers into its delegate (tag_mutated_buffer): an
         # LLM's KV caches stay on the device, not copied in and out every token.
         keeps_state=True,
+        # AOTInductor compiles delegate inputs as tensors: a size handed in arrives as None.
+        sizes_from_shapes=True,
     )
     inductor_device = "mps"
 
