@@ -212,6 +212,20 @@ def run_in_precision(
     """``module`` on ``inputs``, its floating parameters, buffers and inputs in ``dtype``, on a
     copy (a KV cache updated in place stays as it was); ``None`` where the model will not run so
     (an op without a float64 kernel, a dtype written into the graph)."""
+    copied = copy_in_precision(module, dtype)
+    if copied is None:
+        return None
+    try:
+        with torch.no_grad():
+            return copied(*in_precision(tuple(inputs), dtype))
+    except Exception:  # noqa: BLE001 - any failure means the same: no run in that precision
+        return None
+
+
+def copy_in_precision(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module | None:
+    """A copy of ``module`` with its floating parameters, buffers and the dtypes its graph
+    names in ``dtype`` (a decoding loop steps it as it steps the model: its cache is its own);
+    ``None`` where it cannot be made."""
     try:
         copied = copy.deepcopy(module)
         if isinstance(copied, torch.fx.GraphModule):
@@ -224,8 +238,8 @@ def run_in_precision(
                 # a GraphModule's lifted tensor constants are plain attributes
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
                     setattr(copied, name, value.to(dtype))
-            return copied(*in_precision(tuple(inputs), dtype))
-    except Exception:  # noqa: BLE001 - any failure means the same: no run in that precision
+        return copied
+    except Exception:  # noqa: BLE001 - any failure means the same: no copy in that precision
         return None
 
 
