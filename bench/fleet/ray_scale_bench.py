@@ -75,6 +75,10 @@ def run(models: list[str], executor: str, workers: int) -> dict:
         started = time.perf_counter()
         with loopback_cluster(worker_nodes=workers) as cluster:
             row["cluster_start_s"] = round(time.perf_counter() - started, 1)
+            if executor == "ray-warm":
+                started = time.perf_counter()
+                row["warm_pids"] = _warm_workers(cluster.address, workers)
+                row["warm_s"] = round(time.perf_counter() - started, 1)
             began, started = time.time(), time.perf_counter()
             summary = composer.sweep(models, ["xnnpack"], results=results, ray=cluster.address)
             wall, ended = time.perf_counter() - started, time.time()
@@ -101,6 +105,27 @@ def run(models: list[str], executor: str, workers: int) -> dict:
     return row
 
 
+def _imports_of_a_job() -> int:
+    import executorch.exir  # noqa: F401 - what composer.fleet.jobs.run_job imports first
+
+    import composer.models.model_source
+    import composer.pipeline.compose
+    import composer.report.golden  # noqa: F401
+
+    return os.getpid()
+
+
+def _warm_workers(address: str, workers: int) -> list[int]:
+    """One task a node that imports what a job imports, all at once (one CPU each: one a
+    node), so the sweep's jobs find their workers started, as a driver's second sweep does:
+    Ray keeps a driver's worker processes between tasks. Returns their pids."""
+    import ray
+
+    ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+    task = ray.remote(num_cpus=1)(_imports_of_a_job)
+    return sorted(ray.get([task.remote() for _ in range(workers)]))
+
+
 def _git(*args: str) -> str:
     return subprocess.run(
         ["git", *args], capture_output=True, text=True, check=False
@@ -111,7 +136,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=MODELS)
     parser.add_argument("--runs", default="ray:1,ray:2,local:1,local:2,ray:1,ray:2,local:1,local:2",
-                        help="EXECUTOR:WORKERS, each executor ray, ray-nice0 (Ray's workers at "
+                        help="EXECUTOR:WORKERS, each executor ray, ray-warm (its workers started "
+                        "and their imports done before the sweep), ray-nice0 (Ray's workers at "
                         "nice 0, as local ones) or local")  # fmt: skip
     parser.add_argument("--out", default="bench/results/ray_scale_cpu.json")
     args = parser.parse_args()
