@@ -217,7 +217,7 @@ def bench_case(
             "compose_s": time.perf_counter() - started,
             "proof": plan.proof,
             "nodes": {b: len(plan.nodes_on(b)) for b in (*plan.backends, "portable")},
-            "repairs": [dict(r) for r in plan.repairs],
+            "repairs": [r.to_dict() for r in plan.repairs],
         }
         if measured:
             facts["chose"] = plan.placement.get("chosen")
