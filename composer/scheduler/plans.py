@@ -7,7 +7,6 @@ from collections import Counter
 from typing import Any
 
 import attrs
-from tabulate import tabulate
 
 from composer.contract.backend_spec import Tolerance
 from composer.scheduler.plan_records import Repair
@@ -73,7 +72,8 @@ class Fallback:
 
 @attrs.frozen
 class Plan:
-    """How a model is composed over a backend stack. ``to_json`` has stable keys."""
+    """How a model is composed over a backend stack. ``to_json`` has stable keys
+    (composer.report.plan_text renders it as text)."""
 
     backends: tuple[str, ...]
     node_backends: dict[str, str]  # every compute node of the edge program -> backend
@@ -127,12 +127,12 @@ class Plan:
         answers = list(self.decisions.get(node_name, ()))
         timed = self.partition_time(node_name)
         if timed is not None:
-            answers.append(("measured", _describe_time(timed)))
+            answers.append(("measured", describe_partition_time(timed)))
         searched = self.placement.get("regions", {})
         regions = searched.get("regions", ())
         index = next((i for i, r in enumerate(regions) if node_name in r["nodes"]), None)
         if index is not None:
-            answers.append(("per region", _region_line(searched, index)))
+            answers.append(("per region", describe_region(searched, index)))
         return answers
 
     def partition_time(self, node_name: str) -> dict[str, Any] | None:
@@ -160,44 +160,6 @@ class Plan:
         partitions = self.partitions_of(backend)
         quantized = sum(p.quantized for p in partitions)
         return f"{len(partitions)}" + (f" ({quantized} quantized)" if quantized else "")
-
-    def _placement_lines(self) -> list[str]:
-        if not self.placement:
-            return []
-        source = " (from the cache)" if self.placement.get("cached") else ""
-        lines = [f"placement: measured{source}, chose {self.placement['chosen']}"]
-        if self.placement.get("threads"):
-            lines.append(f"  timed with XNNPACK on {self.placement['threads']} thread(s)")
-        for item in self.placement["candidates"]:
-            if item["median_us"] is None:
-                lines.append(f"  {item['candidate']}: {item['note']}")
-            else:
-                again = item.get("confirmed_median_us")
-                lines.append(
-                    f"  {item['candidate']}: {item['delegate_calls']} delegate call(s), median "
-                    f"{item['median_us']:.1f} us, p90 {item['p90_us']:.1f} us"
-                    + ("" if again is None else f"; second round median {again:.1f} us")
-                )
-        timed = self.placement.get("partitions", ())
-        traced = self.placement.get("traced", {})
-        if timed:
-            lines.append(
-                f"  per partition, traced over {traced['runs']} runs "
-                f"({timer_of(traced)}), median: the call "
-                f"{traced['execute_median_us']:.1f} us, {traced['between_calls_us']:.1f} us of "
-                "it between delegate and kernel calls"
-            )
-            lines += [f"    {_describe_time(t)}" for t in timed]
-        lines += _region_lines(self.placement.get("regions", {}))
-        config = self.placement.get("config", "").strip()
-        if "\n[" in config:  # with a table of pins: as it goes in the file
-            lines.append("  to reproduce without measuring, in composer.toml:")
-            lines += [f"    {line}" for line in config.splitlines()]
-        elif config:
-            lines.append(
-                f"  to reproduce without measuring, in composer.toml: {config.replace(chr(10), ', ')}"
-            )
-        return lines
 
     def tolerance(self) -> Tolerance | None:
         """The loosest tolerance among the backends that took a node (``None``: the default)."""
@@ -246,57 +208,6 @@ class Plan:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
-    def summary_table(self) -> str:
-        """A plain-text table: one row per backend, then the totals."""
-        rows = [("backend", "nodes", "partitions", "ops")]
-        for backend in (*self.backends, PORTABLE):
-            ops = self.ops_on(backend)
-            top = ", ".join(f"{op} x{n}" for op, n in ops.most_common(4))
-            more = len(ops) - 4
-            rows.append(
-                (
-                    backend + (" (stand-in)" if backend in self.stand_ins else ""),
-                    str(len(self.nodes_on(backend))),
-                    "-" if backend == PORTABLE else self.partition_count(backend),
-                    top + (f", +{more} more" if more > 0 else ""),
-                )
-            )
-        lines = tabulate(
-            rows[1:], headers=rows[0], tablefmt="plain", disable_numparse=True
-        ).splitlines()
-        lines.append(
-            f"delegate calls: {self.delegate_calls}   device crossings: {self.crossings}   "
-            f"duplicated constant bytes: {self.duplicated_constant_bytes}"
-        )
-        for backend, tolerance in self.tolerances.items():
-            lines.append(
-                f"precision {backend}: "
-                + (f"judged against eager in {tolerance.precision}" if tolerance.precision
-                   else "the model's")
-                + (f" ({tolerance.reason})" if tolerance.reason else "")
-            )  # fmt: skip
-        if self.dynamic_dims:
-            lines.append(f"dynamic: {describe_dynamic_dims(self.dynamic_dims)}")
-        lines.extend(
-            f"state kept in {p.id}: {', '.join(p.state)}" for p in self.partitions if p.state
-        )
-        if self.quantization is not None:
-            q = self.quantization
-            lines.append(f"quantized: {q.reason}")
-        lines.extend(self._placement_lines())
-        lines.extend(f"moved: {describe_repair(r)}" for r in self.repairs)
-        if self.proof:
-            lines.append(f"proof: {self.proof}")
-        # Only the compilers that compiled something: "compiled with: openvino" where
-        # OpenVINO took no node misleads.
-        used = {b: lib for b, lib in self.libraries.items() if self.nodes_on(b)}
-        if used:
-            lines.append("compiled with: " + ", ".join(f"{b}: {lib}" for b, lib in used.items()))
-        for fallback in self.fallbacks:
-            why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
-            lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
-        return "\n".join(lines)
-
 
 def describe_dynamic_dims(dims) -> str:
     """``input 0 dim 1 = s27 in [2, 128]; ...``: what a report says of a dynamic program."""
@@ -323,37 +234,9 @@ def describe_repair(repair: Repair) -> str:
     )
 
 
-def _region_lines(searched: dict[str, Any]) -> list[str]:
-    """The per-region search (composer.measure.region_search): each region's time per option, the choice."""
-    regions = searched.get("regions", ())
-    if not regions:
-        return [f"  per region: {note}" for note in searched.get("notes", ())]
-    estimate = searched.get("estimated_us")
-    lines = [
-        f"  per region: {len(regions)} regions, each timed on every option "
-        f"({timer_of(searched)})"
-        + (
-            ""
-            if estimate is None
-            else f"; chosen by dynamic programming, estimated {estimate:.1f} us"
-        )
-    ]
-    lines += [f"    {_region_line(searched, index)}" for index in range(len(regions))]
-    calls = searched.get("call_us", {})
-    switches = searched.get("switch_us", {})
-    if calls or switches:
-        lines.append(
-            "    a call's fixed cost: "
-            + (", ".join(f"{b} {us:.1f} us" for b, us in calls.items()) or "-")
-            + f"; a switch: {searched.get('between_us', 0.0):.1f} us"
-            + "".join(f", {pair} +{us:.1f} us" for pair, us in switches.items())
-        )
-    lines += [f"    {note}" for note in searched.get("notes", ())]
-    return lines
-
-
-def _region_line(searched: dict[str, Any], index: int) -> str:
-    """One region of the search: its nodes, its time on each option, the option chosen."""
+def describe_region(searched: dict[str, Any], index: int) -> str:
+    """One region of the per-region search: its nodes, its time on each option, the option
+    chosen."""
     region = searched["regions"][index]
     times = searched.get("region_us", ())
     chosen = searched.get("chosen", ())
@@ -367,7 +250,7 @@ def _region_line(searched: dict[str, Any], index: int) -> str:
     return f"region {index}: {named}: {options}{pick}"
 
 
-def _describe_time(timed: dict[str, Any]) -> str:
+def describe_partition_time(timed: dict[str, Any]) -> str:
     """One line: a partition's traced time on its backend, then on each alternative."""
     nodes = f"{timed['nodes']} node{'s' if timed['nodes'] != 1 else ''}"
     line = f"{timed['partition']} ({nodes}) on {timed['backend']}: {timed['median_us']:.1f} us"
