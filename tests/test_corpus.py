@@ -148,4 +148,4 @@ def test_corpus_model_with_measured_placement(name):
     composition = composed_and_checked(
         name, ["openvino", "xnnpack"], placement="measured", tune_budget=240
     )
-    assert composition.plan.placement["chosen"]
+    assert composition.plan.placement.chosen

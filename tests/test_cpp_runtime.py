@@ -140,9 +140,9 @@ def test_measured_placement_times_its_candidates_in_the_runner(monkeypatch, tmp_
     model, inputs = zoo.load("mlp")
     composition = composer.compose(model, "vulkan,xnnpack", inputs, placement="measured")
     placement = composition.plan.placement
-    timed = [c for c in placement["candidates"] if c.get("median_us")]
-    assert any(c["candidate"] == "vulkan alone" for c in timed), placement["candidates"]
-    assert placement["regions"]["notes"][0].startswith(
+    timed = [c for c in placement.candidates if c.median_us]
+    assert any(c.candidate == "vulkan alone" for c in timed), placement.candidates
+    assert placement.regions.notes[0].startswith(
         f"not searched: candidates are timed whole in {VULKAN_RUNNER}"
     )
     assert f"({cpp_runtime.EXECUTOR})" in composition.plan.proof

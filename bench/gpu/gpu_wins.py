@@ -112,7 +112,7 @@ def cmd_compose(args) -> None:
                 plan = composition.plan
                 emit(out, {"kind": "compose", "model": model_name, "stack": stack, "ok": True,
                            "s": round(seconds, 1), "proof": plan.proof,
-                           "chose": plan.placement.get("chosen") if measured else None,
+                           "chose": plan.placement.chosen if measured else None,
                            "delegates": dict(_delegates(composition)),
                            "repairs": len(plan.repairs), "table": summary_table(plan)})  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, the sweep goes on

@@ -220,10 +220,10 @@ def bench_case(
             "repairs": [r.to_dict() for r in plan.repairs],
         }
         if measured:
-            facts["chose"] = plan.placement.get("chosen")
+            facts["chose"] = plan.placement.chosen
             facts["candidates"] = [
-                {k: c.get(k) for k in ("candidate", "delegate_calls", "median_us", "note")}
-                for c in plan.placement.get("candidates", ())
+                {k: c.to_dict()[k] for k in ("candidate", "delegate_calls", "median_us", "note")}
+                for c in plan.placement.candidates
             ]
         results["composer"] = facts
         buffers["composer"] = made.buffer

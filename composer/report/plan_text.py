@@ -9,6 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from composer.scheduler.measured_placement import Placement, RegionSearch
 from composer.scheduler.plans import (
     PORTABLE,
     Plan,
@@ -16,7 +17,6 @@ from composer.scheduler.plans import (
     describe_partition_time,
     describe_region,
     describe_repair,
-    timer_of,
 )
 
 
@@ -54,7 +54,7 @@ def summary_table(plan: Plan) -> str:
     lines.extend(f"state kept in {p.id}: {', '.join(p.state)}" for p in plan.partitions if p.state)
     if plan.quantization is not None:
         lines.append(f"quantized: {plan.quantization.reason}")
-    if plan.placement:
+    if plan.placement is not None:
         lines.extend(placement_lines(plan.placement))
     lines.extend(f"moved: {describe_repair(r)}" for r in plan.repairs)
     if plan.proof:
@@ -82,35 +82,34 @@ def methods_summary_table(
     return "\n\n".join(parts)
 
 
-def placement_lines(placement: dict[str, Any]) -> list[str]:
+def placement_lines(placement: Placement) -> list[str]:
     """How a measured placement chose: every candidate's time, each partition's, the
     per-region search, and the configuration that reproduces the choice."""
-    source = " (from the cache)" if placement.get("cached") else ""
-    lines = [f"placement: measured{source}, chose {placement['chosen']}"]
-    if placement.get("threads"):
-        lines.append(f"  timed with XNNPACK on {placement['threads']} thread(s)")
-    for item in placement["candidates"]:
-        if item["median_us"] is None:
-            lines.append(f"  {item['candidate']}: {item['note']}")
+    source = " (from the cache)" if placement.cached else ""
+    lines = [f"placement: measured{source}, chose {placement.chosen}"]
+    if placement.threads:
+        lines.append(f"  timed with XNNPACK on {placement.threads} thread(s)")
+    for item in placement.candidates:
+        if item.median_us is None:
+            lines.append(f"  {item.candidate}: {item.note}")
         else:
-            again = item.get("confirmed_median_us")
+            again = item.confirmed_median_us
             lines.append(
-                f"  {item['candidate']}: {item['delegate_calls']} delegate call(s), median "
-                f"{item['median_us']:.1f} us, p90 {item['p90_us']:.1f} us"
+                f"  {item.candidate}: {item.delegate_calls} delegate call(s), median "
+                f"{item.median_us:.1f} us, p90 {item.p90_us:.1f} us"
                 + ("" if again is None else f"; second round median {again:.1f} us")
             )
-    timed = placement.get("partitions", ())
-    traced = placement.get("traced", {})
-    if timed:
+    traced = placement.traced
+    if placement.partitions and traced is not None:
         lines.append(
-            f"  per partition, traced over {traced['runs']} runs "
-            f"({timer_of(traced)}), median: the call "
-            f"{traced['execute_median_us']:.1f} us, {traced['between_calls_us']:.1f} us of "
+            f"  per partition, traced over {traced.runs} runs ({traced.timed_by}), median: "
+            f"the call {traced.execute_median_us:.1f} us, {traced.between_calls_us:.1f} us of "
             "it between delegate and kernel calls"
         )
-        lines += [f"    {describe_partition_time(t)}" for t in timed]
-    lines += _region_lines(placement.get("regions", {}))
-    config = placement.get("config", "").strip()
+        lines += [f"    {describe_partition_time(t)}" for t in placement.partitions]
+    if placement.regions is not None:
+        lines += _region_lines(placement.regions)
+    config = placement.config.strip()
     if "\n[" in config:  # with a table of pins: as it goes in the file
         lines.append("  to reproduce without measuring, in composer.toml:")
         lines += [f"    {line}" for line in config.splitlines()]
@@ -121,16 +120,15 @@ def placement_lines(placement: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _region_lines(searched: dict[str, Any]) -> list[str]:
+def _region_lines(searched: RegionSearch) -> list[str]:
     """The per-region search (composer.measure.region_search): each region's time per
     option, the choice."""
-    regions = searched.get("regions", ())
+    regions = searched.regions or ()
     if not regions:
-        return [f"  per region: {note}" for note in searched.get("notes", ())]
-    estimate = searched.get("estimated_us")
+        return [f"  per region: {note}" for note in searched.notes]
+    estimate = searched.estimated_us
     lines = [
-        f"  per region: {len(regions)} regions, each timed on every option "
-        f"({timer_of(searched)})"
+        f"  per region: {len(regions)} regions, each timed on every option ({searched.timed_by})"
         + (
             ""
             if estimate is None
@@ -138,14 +136,14 @@ def _region_lines(searched: dict[str, Any]) -> list[str]:
         )
     ]
     lines += [f"    {describe_region(searched, index)}" for index in range(len(regions))]
-    calls = searched.get("call_us", {})
-    switches = searched.get("switch_us", {})
+    calls = searched.call_us or {}
+    switches = searched.switch_us or {}
     if calls or switches:
         lines.append(
             "    a call's fixed cost: "
             + (", ".join(f"{b} {us:.1f} us" for b, us in calls.items()) or "-")
-            + f"; a switch: {searched.get('between_us', 0.0):.1f} us"
-            + "".join(f", {pair} +{us:.1f} us" for pair, us in switches.items())
+            + f"; a switch: {searched.between_us or 0.0:.1f} us"
+            + "".join(f", {a}->{b} +{us:.1f} us" for (a, b), us in switches.items())
         )
-    lines += [f"    {note}" for note in searched.get("notes", ())]
+    lines += [f"    {note}" for note in searched.notes]
     return lines

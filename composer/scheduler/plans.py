@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from composer.contract.backend_spec import Tolerance
+from composer.scheduler.measured_placement import Placement, RegionSearch, TimedPartition
 from composer.scheduler.plan_records import Repair
 
 PORTABLE = "portable"
 QUANTIZED_OPS = ("quantized_decomposed.", "torchao.")  # the namespaces of q/dq ops
 HOST = "cpu"  # portable kernels, graph inputs and outputs run on the host
-# What timed the partitions and regions of a plan that does not say (made before hosted
-# timing): composer.measure.etdump.ProgramTrace.timer.
-ETDUMP = "ExecuTorch's event tracer, ETDump"
-
-
-def timer_of(timed: dict[str, Any]) -> str:
-    """What timed ``timed`` (a plan's ``placement["traced"]`` or ``["regions"]``)."""
-    return timed.get("timer", ETDUMP)
 
 
 @attrs.frozen
@@ -57,6 +51,14 @@ class Partition:
             **({"state": list(self.state)} if self.state else {}),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], node_ops: Mapping[str, str]) -> Partition:
+        """The partition ``to_dict`` wrote; its ops are its nodes' (``node_ops``: the plan's),
+        which the JSON holds only as counts."""
+        nodes = tuple(data["nodes"])
+        return cls(data["id"], data["backend"], data["device"], nodes,
+                   tuple(node_ops[n] for n in nodes), tuple(data.get("state", ())))  # fmt: skip
+
 
 @attrs.frozen
 class Fallback:
@@ -69,11 +71,15 @@ class Fallback:
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "op": self.op, "reasons": dict(self.reasons)}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fallback:
+        return cls(data["node"], data["op"], tuple(data["reasons"].items()))
+
 
 @attrs.frozen
 class Plan:
-    """How a model is composed over a backend stack. ``to_json`` has stable keys
-    (composer.report.plan_text renders it as text)."""
+    """How a model is composed over a backend stack. ``to_json`` has stable keys, and
+    ``from_dict`` reads them back (composer.report.plan_text renders it as text)."""
 
     backends: tuple[str, ...]
     node_backends: dict[str, str]  # every compute node of the edge program -> backend
@@ -89,7 +95,8 @@ class Plan:
     tolerances: dict[str, Tolerance] = attrs.field(factory=dict)
     libraries: dict[str, str] = attrs.field(factory=dict)  # backend -> "openvino 2025.4.1"
     # how placement was decided when it was measured: the candidates and their times
-    placement: dict[str, Any] = attrs.field(factory=dict)
+    # (``None``: not measured)
+    placement: Placement | None = None
     # how the program was proven before it was written (composer.run.proof): ran and matched
     # eager, not run here (and why), or not checked; empty for a plan (nothing runs)
     proof: str = ""
@@ -128,20 +135,20 @@ class Plan:
         timed = self.partition_time(node_name)
         if timed is not None:
             answers.append(("measured", describe_partition_time(timed)))
-        searched = self.placement.get("regions", {})
-        regions = searched.get("regions", ())
-        index = next((i for i, r in enumerate(regions) if node_name in r["nodes"]), None)
+        searched = self.placement.regions if self.placement is not None else None
+        regions = (searched.regions or ()) if searched is not None else ()
+        index = next((i for i, r in enumerate(regions) if node_name in r.nodes), None)
         if index is not None:
             answers.append(("per region", describe_region(searched, index)))
         return answers
 
-    def partition_time(self, node_name: str) -> dict[str, Any] | None:
+    def partition_time(self, node_name: str) -> TimedPartition | None:
         """The traced time of the partition ``node_name`` runs in (for a node on portable
         kernels, of its kernel call), with the alternatives measured; ``None`` if not traced."""
+        if self.placement is None:
+            return None
         unit = next((p.id for p in self.partitions if node_name in p.nodes), node_name)
-        return next(
-            (t for t in self.placement.get("partitions", ()) if t["partition"] == unit), None
-        )
+        return self.placement.timed_partition(unit)
 
     def backend_of(self, node_name: str) -> str:
         return self.node_backends[node_name]
@@ -198,7 +205,7 @@ class Plan:
             # added later: new keys go last, so readers of the old order keep working
             "libraries": dict(self.libraries),
             "tolerances": {b: t.to_dict() for b, t in self.tolerances.items()},
-            "placement": dict(self.placement),
+            "placement": {} if self.placement is None else self.placement.to_dict(),
             "proof": self.proof,
             "repairs": [r.to_dict() for r in self.repairs],
             "dynamic_dims": [dict(d) for d in self.dynamic_dims],
@@ -207,6 +214,38 @@ class Plan:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """The plan ``to_dict`` wrote (``summary``, ``op_counts`` and ``quantized`` are read off
+        the rest; ``safer_options`` and ``decisions`` are not in the JSON)."""
+        nodes = data["nodes"]
+        node_ops = {name: node["op"] for name, node in nodes.items()}
+        quantization = data.get("quantization")
+        return cls(
+            backends=tuple(data["backends"]),
+            node_backends={name: node["backend"] for name, node in nodes.items()},
+            node_ops=node_ops,
+            partitions=tuple(Partition.from_dict(p, node_ops) for p in data["partitions"]),
+            fallbacks=tuple(Fallback.from_dict(f) for f in data["fallbacks"]),
+            delegate_calls=data["delegate_calls"],
+            crossings=data["crossings"],
+            duplicated_constant_bytes=data["duplicated_constant_bytes"],
+            stand_ins=tuple(data.get("stand_ins", ())),
+            edges=tuple((a, b) for a, b in data.get("edges", ())),
+            tolerances={b: Tolerance.from_dict(t) for b, t in data.get("tolerances", {}).items()},
+            libraries=dict(data.get("libraries", {})),
+            placement=Placement.from_dict(data.get("placement", {})),
+            proof=data.get("proof", ""),
+            repairs=tuple(Repair.from_dict(r) for r in data.get("repairs", ())),
+            dynamic_dims=tuple(dict(d) for d in data.get("dynamic_dims", ())),
+            quantization=None if quantization is None else Tolerance.from_dict(quantization),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """The plan ``to_json`` wrote."""
+        return cls.from_dict(json.loads(text))
 
 
 def describe_dynamic_dims(dims) -> str:
@@ -234,32 +273,30 @@ def describe_repair(repair: Repair) -> str:
     )
 
 
-def describe_region(searched: dict[str, Any], index: int) -> str:
+def describe_region(searched: RegionSearch, index: int) -> str:
     """One region of the per-region search: its nodes, its time on each option, the option
     chosen."""
-    region = searched["regions"][index]
-    times = searched.get("region_us", ())
-    chosen = searched.get("chosen", ())
-    nodes = region["nodes"]
+    region = (searched.regions or ())[index]
+    times = searched.region_us or ()
+    chosen = searched.chosen or ()
+    nodes = region.nodes
     named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
     cost = times[index] if index < len(times) else {}
     options = ", ".join(
-        f"{o} {cost[o]:.1f} us" if o in cost else f"{o} not timed" for o in region["options"]
+        f"{o} {cost[o]:.1f} us" if o in cost else f"{o} not timed" for o in region.options
     )
     pick = f" -> {chosen[index]}" if index < len(chosen) else ""
     return f"region {index}: {named}: {options}{pick}"
 
 
-def describe_partition_time(timed: dict[str, Any]) -> str:
+def describe_partition_time(timed: TimedPartition) -> str:
     """One line: a partition's traced time on its backend, then on each alternative."""
-    nodes = f"{timed['nodes']} node{'s' if timed['nodes'] != 1 else ''}"
-    line = f"{timed['partition']} ({nodes}) on {timed['backend']}: {timed['median_us']:.1f} us"
-    for other in timed["alternatives"]:
-        extra = other["extra_nodes"]
+    nodes = f"{timed.nodes} node{'s' if timed.nodes != 1 else ''}"
+    line = f"{timed.partition} ({nodes}) on {timed.backend}: {timed.median_us:.1f} us"
+    for other in timed.alternatives:
+        extra = other.extra_nodes
         larger = f", in a partition with {extra} more node(s)" if extra else ""
-        line += (
-            f"; on {other['backend']} {other['median_us']:.1f} us ({other['candidate']}{larger})"
-        )
+        line += f"; on {other.backend} {other.median_us:.1f} us ({other.candidate}{larger})"
     return line
 
 
