@@ -73,11 +73,12 @@ def _backends(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     import composer
     from composer.models.model_source import load_model
+    from composer.report.plan_text import summary_table
 
     stack = _stack(args)
     model, inputs = load_model(args.model, args.dynamic)
     plan = composer.plan(model, stack, inputs, cache=not args.no_cache)
-    print(plan.to_json() if args.json else plan.summary_table())
+    print(plan.to_json() if args.json else summary_table(plan))
     return 0
 
 
@@ -85,6 +86,7 @@ def _lower(args: argparse.Namespace) -> int:
     import composer
     from composer.lower.atomic import check_writable
     from composer.models.model_source import load_model
+    from composer.report.plan_text import summary_table
 
     report = Path(args.report) if args.report else None
     if report is not None and report.suffix not in REPORT_SUFFIXES:
@@ -115,7 +117,7 @@ def _lower(args: argparse.Namespace) -> int:
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
-    _write(composition, output, extra, composition.plan.summary_table())
+    _write(composition, output, extra, summary_table(composition.plan))
     if args.verify:
         result = composition.verify()
         print(f"verify: {result}")
@@ -144,6 +146,7 @@ def _lower_methods(args, stack, forward, progress, output: Path, report: Path | 
 
     import composer
     from composer.models.model_source import load_model
+    from composer.report.plan_text import methods_summary_table
 
     if args.bench or args.quantize:
         raise ComposerError(
@@ -168,7 +171,8 @@ def _lower_methods(args, stack, forward, progress, output: Path, report: Path | 
     extra = {}
     if report is not None:
         extra[report] = _render_methods_report(composition, report, args.model).encode()
-    _write(composition, output, extra, composition.summary_table())
+    table = methods_summary_table(composition.plans, composition.constant_methods)
+    _write(composition, output, extra, table)
     if args.verify:
         results = {name: composition.verify(name) for name in composition.methods}
         for name, result in results.items():

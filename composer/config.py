@@ -114,7 +114,7 @@ def load_config(path: Path | None) -> dict[str, Any]:
 
 def stack_from_text(text: str, where: str = "the config text") -> Stack:
     """The stack that composer.toml text sets: e.g. what measured placement prints to reproduce
-    its choice (``plan.placement["config"]``), to compose or check with it without measuring."""
+    its choice (``plan.placement.config``), to compose or check with it without measuring."""
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:

@@ -147,7 +147,7 @@ class CompositionChecker:
             pytest.fail(
                 "composer_check pins an assignment, and measured placement chooses anew on "
                 "every machine and run. Measure once, then check with the config it prints: "
-                'composer.config.stack_from_text(plan.placement["config"]), or the same '
+                "composer.config.stack_from_text(plan.placement.config), or the same "
                 "lines in composer.toml read with composer.config.stack_from(path).",
                 pytrace=False,
             )

@@ -13,6 +13,7 @@ from torch._dynamo.utils import same
 import composer
 from composer import BackendSpec, ComposerError, Tolerance
 from composer.contract.hookspecs import hookimpl
+from composer.report.plan_text import summary_table
 from composer.run import aoti_host, verification
 from composer.run.accuracy import judge, truth, unquantized
 from composer.run.runtime import program_backend_ids
@@ -197,7 +198,7 @@ def test_a_backend_computing_in_bf16_is_held_to_eager_in_bf16_and_the_plan_says_
     plan = composition.plan
     assert plan.computes_in() == "bfloat16"
     assert "eager bfloat16" in plan.proof
-    assert "precision halfpack: judged against eager in bfloat16" in plan.summary_table()
+    assert "precision halfpack: judged against eager in bfloat16" in summary_table(plan)
     assert plan.to_dict()["tolerances"]["halfpack"]["precision"] == "bfloat16"
 
 
@@ -228,7 +229,7 @@ def test_a_backends_safer_options_are_tried_before_its_nodes_move(xnnpack_one_pe
     # move after it was tried
     assert [r.options for r in repairs] == [{"kernels": "plain"}, None]
     assert any("trying carefulpack with kernels=plain" in line for line in progress)
-    assert "tried kernels=plain" in composition.plan.summary_table()
+    assert "tried kernels=plain" in summary_table(composition.plan)
     assert composition.plan.nodes_on("carefulpack") == []
 
 

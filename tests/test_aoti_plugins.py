@@ -13,6 +13,7 @@ from composer.plugins.aoti import becomes_fallback_kernel
 from composer.plugins.cuda import plugin as cuda_plugin
 from composer.registry.discovery import default_registry
 from composer.report.html import render_html
+from composer.report.plan_text import summary_table
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU behaviour")
 
@@ -307,7 +308,7 @@ def test_a_kv_cache_stays_in_the_cuda_delegate_that_reads_and_writes_it(stack):
     # index_copy_ writes them; the partition that owns one holds its writer
     assert all(p.backend == "cuda" and "aten.index_copy.default" in p.ops for p in owners.values())
     kept = f"state kept in {owners['layers.0.attention.k_cache'].id}: "
-    assert kept in plan.summary_table() and kept in render_html(plan)
+    assert kept in summary_table(plan) and kept in render_html(plan)
     if stack == ["cuda"]:  # the tokens, their positions, the logits
         assert plan.crossings == 3
 
@@ -316,7 +317,7 @@ def test_a_backend_that_keeps_no_state_leaves_the_caches_outside():
     model, inputs = zoo.load("llama_decoder")
     plan = composer.plan(model, "xnnpack", inputs)
     assert not any(p.state for p in plan.partitions)
-    assert "state kept" not in plan.summary_table()
+    assert "state kept" not in summary_table(plan)
 
 
 class RepeatInterleave(torch.nn.Module):

@@ -18,6 +18,7 @@ from composer.cli import main
 from composer.contract.errors import ModelError
 from composer.models import corpus
 from composer.models.model_source import load_model
+from composer.report.plan_text import summary_table
 
 RAN = "ran and matched eager"
 
@@ -95,10 +96,10 @@ def test_a_real_model_composes_runs_and_matches_eager(name, stack):
     ids = {"xnnpack": "XnnpackBackend", "openvino": "OpenvinoBackend"}
     assert composition.delegate_backend_ids() <= {ids[b] for b in backends}
     if not plan.repairs:
-        assert plan.nodes_on(backends[0]), plan.summary_table()
+        assert plan.nodes_on(backends[0]), summary_table(plan)
         assert ids[backends[0]] in composition.delegate_backend_ids()
     else:
-        assert all(r.backend == backends[0] for r in plan.repairs), plan.summary_table()
+        assert all(r.backend == backends[0] for r in plan.repairs), summary_table(plan)
         assert composition.delegate_backend_ids(), "the repaired program still delegates"
     if "openvino" in backends:
         # OpenVINO computes in bf16 on CPUs with bf16 units: its looser tolerance is stated.
@@ -147,4 +148,4 @@ def test_corpus_model_with_measured_placement(name):
     composition = composed_and_checked(
         name, ["openvino", "xnnpack"], placement="measured", tune_budget=240
     )
-    assert composition.plan.placement["chosen"]
+    assert composition.plan.placement.chosen

@@ -11,6 +11,7 @@ import torch
 
 import composer
 from composer import ComposerError
+from composer.report.plan_text import summary_table
 from composer.run import cpp_runtime
 
 
@@ -117,7 +118,7 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
     composition = composer.compose(model, "vulkan", inputs, cache=False)
     plan = composition.plan
     assert f"({cpp_runtime.EXECUTOR})" in plan.proof
-    assert plan.nodes_on("vulkan"), plan.summary_table()
+    assert plan.nodes_on("vulkan"), summary_table(plan)
     assert plan.repairs
     for repair in plan.repairs:
         assert "has no VulkanBackend" not in repair.why, repair.why
@@ -139,9 +140,9 @@ def test_measured_placement_times_its_candidates_in_the_runner(monkeypatch, tmp_
     model, inputs = zoo.load("mlp")
     composition = composer.compose(model, "vulkan,xnnpack", inputs, placement="measured")
     placement = composition.plan.placement
-    timed = [c for c in placement["candidates"] if c.get("median_us")]
-    assert any(c["candidate"] == "vulkan alone" for c in timed), placement["candidates"]
-    assert placement["regions"]["notes"][0].startswith(
+    timed = [c for c in placement.candidates if c.median_us]
+    assert any(c.candidate == "vulkan alone" for c in timed), placement.candidates
+    assert placement.regions.notes[0].startswith(
         f"not searched: candidates are timed whole in {VULKAN_RUNNER}"
     )
     assert f"({cpp_runtime.EXECUTOR})" in composition.plan.proof

@@ -32,15 +32,16 @@ def test_measured_placement_times_with_the_threads_set_and_its_config_repeats_th
         warnings.simplefilter("ignore")
         import composer
         from composer.models import zoo
+        from composer.report.plan_text import summary_table
         from composer.run import cpu_threads
         model, inputs = zoo.load("mlp")
         stack = composer.Stack(["xnnpack"], placement="measured", threads=1)
         composition = composer.compose(model, stack, inputs, cache=False)
         plan = composition.plan
         print(json.dumps({"runtime": cpu_threads.current(),
-                          "recorded": plan.placement["threads"],
-                          "config": plan.placement["config"],
-                          "summary": plan.summary_table()}))
+                          "recorded": plan.placement.threads,
+                          "config": plan.placement.config,
+                          "summary": summary_table(plan)}))
         try:
             composer.compose(model, composer.Stack(["xnnpack"], threads=2), inputs, cache=False)
         except composer.ComposerError as error:
@@ -71,7 +72,7 @@ def test_the_runtime_default_is_not_written_into_the_config(tmp_path):
         from composer.run import cpu_threads
         model, inputs = zoo.load("mlp")
         plan = composer.compose(model, ["xnnpack"], inputs, placement="measured", cache=False).plan
-        print(cpu_threads.current(), plan.placement["threads"], repr(plan.placement["config"]))
+        print(cpu_threads.current(), plan.placement.threads, repr(plan.placement.config))
         """,
         cwd=tmp_path,
     )

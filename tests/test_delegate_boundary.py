@@ -29,6 +29,7 @@ from composer.contract.op_names import op_name
 from composer.models import zoo
 from composer.models.synthetic import AllButCumsum, random_dag
 from composer.registry import discovery as registry_module
+from composer.report.plan_text import summary_table
 from composer.scheduler.boundary import partition_within_boundary
 from composer.scheduler.validate import find_tag_cycle
 
@@ -74,7 +75,7 @@ def test_xnnpack_then_openvino_runs_torchvision_mobilenet_v3_as_composed():
     for node, why in openvino_fallbacks(plan).items():
         assert plan.node_ops[node] == DIM_ORDER_COPY
         assert why.startswith(f"left out of its partition: {ZERO_D}"), why
-    table = plan.summary_table()
+    table = summary_table(plan)
     assert "which OpenVINO's runtime cannot bind" in table
 
 

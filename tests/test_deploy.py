@@ -10,6 +10,7 @@ from torch.export import Dim
 
 import composer
 from composer.contract.errors import ComposerError
+from composer.report.plan_text import methods_summary_table, summary_table
 from composer.run.runtime import LoadedProgram
 
 
@@ -41,7 +42,7 @@ def test_a_dynamic_program_is_proven_at_its_bounds_and_runs_at_any_length(stack)
     assert [(d["input"], d["dim"]) for d in plan.dynamic_dims] == [(0, 2)]
     assert list(plan.dynamic_dims[0]["ranges"].values()) == [[2, 128]]
     assert "min (s" in plan.proof and "max (s" in plan.proof and "=128)" in plan.proof
-    assert "dynamic: input 0 dim 2" in plan.summary_table()
+    assert "dynamic: input 0 dim 2" in summary_table(plan)
     loaded = LoadedProgram(composition.buffer)
     eager = program.module()
     for length in (2, 17, 128):
@@ -204,7 +205,7 @@ def test_several_methods_make_one_program_sized_as_plain_executorch_s(stack):
     program = Runtime.get().load_program(composed.buffer)
     assert program.method_names == {"prefill", "decode", "get_max_seq_len"}
     assert list(program.load_method("get_max_seq_len").execute([])) == [8]
-    assert "method decode:" in composed.summary_table()
+    assert "method decode:" in methods_summary_table(composed.plans, composed.constant_methods)
     # Each method is lowered once (a repair aside): the program of both is written from them.
     lowerings = [line for line in said if line.startswith("lowered with")]
     assert len(lowerings) == 2 + sum(len(plan.repairs) for plan in composed.plans.values())

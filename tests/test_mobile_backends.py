@@ -25,6 +25,7 @@ import composer
 from composer.measure.etdump import delegate_backend_ids
 from composer.models import zoo
 from composer.registry.discovery import default_registry
+from composer.report.plan_text import summary_table
 from composer.run.verification import REFERENCE
 
 HAS_COREMLTOOLS = importlib.util.find_spec("coremltools") is not None
@@ -318,7 +319,7 @@ def test_qnn_then_xnnpack_plans_with_a_stand_in(without_qnn_sdk):
     model, inputs = zoo.load("mobilenet")
     plan = composer.plan(model, ["qnn", "xnnpack"], inputs)
     assert plan.stand_ins == ("qnn",)
-    assert "qnn (stand-in)" in plan.summary_table()
+    assert "qnn (stand-in)" in summary_table(plan)
     # QNN's op builders cover the whole small MobileNet: one partition, nothing left over.
     assert plan.ops_on("qnn")["aten.convolution.default"] == 5
     assert [p.backend for p in plan.partitions] == ["qnn"]

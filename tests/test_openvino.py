@@ -14,6 +14,7 @@ import composer
 from composer.cli import main
 from composer.contract.errors import ComposerError
 from composer.models import zoo
+from composer.report.plan_text import summary_table
 from composer.run.runtime import LIBRARY_SPEC_KEY, LoadedProgram, program_libraries
 
 
@@ -48,7 +49,7 @@ def test_the_openvino_version_is_in_the_plan_and_the_program(cumsum_mlp_xnnpack_
     library = f"openvino {version('openvino')}"
     assert composition.plan.libraries == {"openvino": library}
     assert composition.plan.to_dict()["libraries"] == {"openvino": library}
-    assert f"compiled with: openvino: {library}" in composition.plan.summary_table()
+    assert f"compiled with: openvino: {library}" in summary_table(composition.plan)
     assert program_libraries(composition.buffer) == {"OpenvinoBackend": library}
     from composer.report.html import render_html
 
@@ -87,7 +88,7 @@ def test_openvino_precision_is_stated_and_xnnpack_is_held_to_fp32_eager():
         assert "bf16" in tolerance.reason and tolerance.precision == "bfloat16"
         assert "eager bfloat16" in str(result)  # held to what eager achieves in bf16
         assert alone.plan.to_dict()["tolerances"]["openvino"]["precision"] == "bfloat16"
-        assert "precision openvino: judged against eager in bfloat16" in alone.plan.summary_table()
+        assert "precision openvino: judged against eager in bfloat16" in summary_table(alone.plan)
     xnnpack = composer.compose(model, ["xnnpack", "openvino"], inputs)
     assert xnnpack.plan.nodes_on("openvino") == []
     assert xnnpack.plan.tolerance() is None  # openvino took nothing: fp32 eager is the bar

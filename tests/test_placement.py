@@ -27,6 +27,7 @@ from composer.measure.region_costs import Costs, costs
 from composer.measure.region_layouts import layouts, pins
 from composer.measure.regions import Region, _has_kernel, cut, portable_kernels, topological_order
 from composer.models import zoo
+from composer.report.plan_text import summary_table
 from composer.scheduler.plans import Partition as PlanPartition
 from composer.scheduler.plans import Plan
 
@@ -117,77 +118,80 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     first = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured",
                              progress=lines.append)  # fmt: skip
     placement = first.plan.placement
-    assert not placement["cached"]
+    assert not placement.cached
     assert any(line == "placement: composing xnnpack alone" for line in lines)
-    medians = {item["candidate"]: item["median_us"] for item in placement["candidates"]}
+    medians = {item.candidate: item.median_us for item in placement.candidates}
     # The five whole programs, then the per-region search's candidate: on cumsum_mlp a
     # delegate call of OpenVINO's (10 us and more) costs more than any op it could run, so
     # the search never keeps the declared strict assignment (OpenVINO's relu, cumsum, add).
     assert list(medians)[-1] == "openvino,xnnpack (per region)"
     assert len(medians) == 6 and None not in medians.values()
-    chosen = medians[placement["chosen"]]
+    chosen = medians[placement.chosen]
     assert chosen <= min(medians["openvino alone"], medians["xnnpack alone"]) * (1 + MARGIN)
     assert chosen <= medians["openvino,xnnpack (priority)"]
     # The regions, each timed on every option that takes it, and the choice.
-    searched = placement["regions"]
-    assert [r["nodes"] for r in searched["regions"]] == [
-        ["aten_linear_default"], ["aten_relu_default"], ["aten_cumsum_default"],
-        ["aten_linear_default_1"], ["aten_add_tensor"],
+    searched = placement.regions
+    assert [r.nodes for r in searched.regions] == [
+        ("aten_linear_default",), ("aten_relu_default",), ("aten_cumsum_default",),
+        ("aten_linear_default_1",), ("aten_add_tensor",),
     ]  # fmt: skip
-    assert searched["regions"][2]["options"] == ["openvino", "portable"]
+    assert searched.regions[2].options == ("openvino", "portable")
     assert all(
-        set(times) == set(region["options"])
-        for region, times in zip(searched["regions"], searched["region_us"])
+        set(times) == set(region.options)
+        for region, times in zip(searched.regions, searched.region_us)
     )
-    assert searched["chosen"][2] == "portable" and searched["estimated_us"] > 0
+    assert searched.chosen[2] == "portable" and searched.estimated_us > 0
     layouts_composed = [line for line in lines if line.startswith("placement: regions: composing ")]
     assert len(layouts_composed) == 7  # 3 for each backend, 1 for the crossings
     assert any(line.startswith("placement: regions: chose ") for line in lines)
-    assert "per region: 5 regions, each timed on every option" in first.plan.summary_table()
-    assert "    region 2: aten_cumsum_default: openvino " in first.plan.summary_table()
-    assert "    a call's fixed cost: openvino " in first.plan.summary_table()
+    table = summary_table(first.plan)
+    assert "per region: 5 regions, each timed on every option" in table
+    assert "    region 2: aten_cumsum_default: openvino " in table
+    assert "    a call's fixed cost: openvino " in table
     per_region = dict(first.plan.explain("aten_cumsum_default"))["per region"]
     assert per_region.startswith("region 2: aten_cumsum_default: openvino ")
-    assert per_region.endswith(f"-> {searched['chosen'][2]}")
+    assert per_region.endswith(f"-> {searched.chosen[2]}")
     assert first.verify().ok
-    assert "placement: measured, chose " in first.plan.summary_table()
+    assert "placement: measured, chose " in table
     assert list(cache.glob("placement/*.json"))
 
     # Every partition of the chosen program, and every node it leaves to portable kernels,
     # has its traced time; cumsum's has one elsewhere too, whichever candidate won: the
     # candidates run it on portable kernels and on OpenVINO.
     plan = first.plan
-    timed = {item["partition"]: item for item in placement["partitions"]}
+    timed = {item.partition: item for item in placement.partitions}
     assert list(timed) == [p.id for p in plan.partitions] + plan.nodes_on("portable")
-    assert all(item["median_us"] > 0 for item in timed.values())
+    assert all(item.median_us > 0 for item in timed.values())
     cumsum = plan.partition_time("aten_cumsum_default")
     assert cumsum is not None and cumsum in timed.values()
-    elsewhere = {a["backend"] for a in cumsum["alternatives"]}
-    assert elsewhere and cumsum["backend"] not in elsewhere
+    elsewhere = {a.backend for a in cumsum.alternatives}
+    assert elsewhere and cumsum.backend not in elsewhere
     assert elsewhere <= {"openvino", "xnnpack", "portable"}
     measured = dict(plan.explain("aten_cumsum_default"))["measured"]
-    assert measured.startswith(f"{cumsum['partition']} (1 node) on {cumsum['backend']}: ")
+    assert measured.startswith(f"{cumsum.partition} (1 node) on {cumsum.backend}: ")
     assert "per partition, traced over 30 runs (ExecuTorch's event tracer, ETDump)" in (
-        plan.summary_table()
+        summary_table(plan)
     )
 
     lines.clear()
     second = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured",
                               progress=lines.append)  # fmt: skip
-    assert second.plan.placement["cached"]
-    assert second.plan.placement["chosen"] == placement["chosen"]
-    assert second.plan.placement["partitions"] == placement["partitions"]
-    assert lines == [f"placement: measurements from the cache ({placement['chosen']})"]
+    assert second.plan.placement.cached
+    assert second.plan.placement.chosen == placement.chosen
+    assert second.plan.placement.partitions == placement.partitions
+    # All but whether it came from the cache, as measured: the cache holds the record's JSON.
+    assert attrs.evolve(second.plan.placement, cached=False) == placement
+    assert lines == [f"placement: measurements from the cache ({placement.chosen})"]
 
     # New weights are a new program: never a stale hit.
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
     third = composer.plan(model, ["openvino", "xnnpack"], inputs, placement="measured",
                           tune_budget=0)  # fmt: skip
-    assert not third.placement["cached"]
-    notes = [item["note"] for item in third.placement["candidates"][1:]]
+    assert not third.placement.cached
+    notes = [item.note for item in third.placement.candidates[1:]]
     assert notes and all(note.startswith("not measured: over the tune budget") for note in notes)
-    assert third.placement["regions"]["notes"] == ["not searched: over the tune budget of 0 s"]
+    assert third.placement.regions.notes == ("not searched: over the tune budget of 0 s",)
 
 
 def printed_config(out: str) -> list[str]:
@@ -315,21 +319,21 @@ def test_a_candidate_that_fails_to_lower_is_noted_and_the_rest_measured(cache):
     registry = registry_with(CumsumCrasher())
     plan = composer.plan(model, ["xnnpack", "cumsum_crasher"], inputs, placement="measured",
                          registry=registry)  # fmt: skip
-    found = {item["candidate"]: item for item in plan.placement["candidates"]}
+    found = {item.candidate: item for item in plan.placement.candidates}
     failed = ["xnnpack,cumsum_crasher (priority)", "cumsum_crasher alone"]
     for label in failed:  # repaired at compose time: the crasher's cumsum went to portable
-        assert found[label]["note"].startswith("moved: cumsum_crasher partition of "), found[label]
-        assert "the compiler crashed" in found[label]["note"]
-        assert "went to portable x1" in found[label]["note"]
+        assert found[label].note.startswith("moved: cumsum_crasher partition of "), found[label]
+        assert "the compiler crashed" in found[label].note
+        assert "went to portable x1" in found[label].note
     strict = "xnnpack,cumsum_crasher (strict)"
-    assert found[strict]["note"].startswith("not composed: "), found[strict]
-    assert "the compiler crashed" in found[strict]["note"] and found[strict]["median_us"] is None
-    assert found["xnnpack alone"]["median_us"] is not None
+    assert found[strict].note.startswith("not composed: "), found[strict]
+    assert "the compiler crashed" in found[strict].note and found[strict].median_us is None
+    assert found["xnnpack alone"].median_us is not None
     # The choice is among what was measured: xnnpack alone, or the per-region search's mix
     # of XNNPACK and portable kernels (the crasher's regions left out), which on cumsum_mlp
     # comes within a few percent of it and on a busy machine can win both rounds.
-    chosen = plan.placement["chosen"]
-    assert found[chosen]["median_us"] is not None
+    chosen = plan.placement.chosen
+    assert found[chosen].median_us is not None
     assert plan.nodes_on("cumsum_crasher") == []
 
 
@@ -355,26 +359,26 @@ def test_hosted_the_search_and_the_partition_times_come_from_each_call_timed(cac
     hosted = "(hosted, each call timed in Python)"
     # Each backend wherever it can, and the crossings both ways round: no portable kernels.
     assert f"placement: regions: tracing 4 programs together, 50 runs each {hosted}" in lines
-    searched = choice.to_dict()["regions"]
-    assert searched["timer"] == "hosted, each call timed in Python"
-    assert searched["max_regions"] == 8  # each region on CUDA would be an .so to compile
-    assert [r["options"] for r in searched["regions"]][2] == ["openvino", "portable"]
+    searched = choice.regions
+    assert searched.timer == "hosted, each call timed in Python"
+    assert searched.max_regions == 8  # each region on CUDA would be an .so to compile
+    assert [r.options for r in searched.regions][2] == ("openvino", "portable")
     # Hosted, portable kernels are torch ops in Python: never chosen where a backend can be.
-    assert [set(times) for times in searched["region_us"]] == [
-        set(region["options"]) - {"portable"} for region in searched["regions"]
+    assert [set(times) for times in searched.region_us] == [
+        set(region.options) - {"portable"} for region in searched.regions
     ]
-    assert "portable" not in searched["chosen"]
+    assert "portable" not in searched.chosen
     assert any(note.startswith("hosted: ops outside the delegates ran in Python")
-               for note in searched["notes"])  # fmt: skip
-    assert set(searched["call_us"]) == {"openvino", "xnnpack"}
+               for note in searched.notes)  # fmt: skip
+    assert set(searched.call_us) == {"openvino", "xnnpack"}
     labels = [m.candidate.label for m in choice.measurements]
     assert labels[-1] == "openvino,xnnpack (per region)"
     # The chosen program's partitions, each with its time as the hosted executor ran it.
     plan = composed[choice.chosen].plan
     timed = {p.partition: p for p in choice.partitions}
     assert list(timed) == [p.id for p in plan.partitions] + plan.nodes_on("portable")
-    assert all(p.latency.median_us > 0 for p in timed.values())
-    assert choice.traced["timer"] == "hosted, each call timed in Python"
+    assert all(p.median_us > 0 for p in timed.values())
+    assert choice.traced.timer == "hosted, each call timed in Python"
     assert any(line.startswith("placement: tracing ") and line.endswith(hosted) for line in lines)
 
 
@@ -621,11 +625,11 @@ def test_a_region_that_never_ran_alone_is_estimated_from_the_call_that_held_it()
 def test_a_measured_choice_is_pinned_by_the_config_it_prints(cache, composer_check):
     model, inputs = zoo.load("cumsum_mlp")
     measured = composer.plan(model, "xnnpack,openvino", inputs, placement="measured")
-    stack = stack_from_text(measured.placement["config"])
+    stack = stack_from_text(measured.placement.config)
     assert stack.placement != "measured"
     # What composer_check (and its golden plan) sees: the measured assignment, not measuring.
     result = composer_check(model, stack, inputs)
     assert result.plan.node_backends == measured.node_backends
-    assert not result.plan.placement
+    assert result.plan.placement is None
     with pytest.raises(pytest.fail.Exception, match="Measure once, then check with the config"):
         composer_check(model, "xnnpack,openvino", inputs, placement="measured")

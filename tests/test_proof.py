@@ -16,6 +16,7 @@ import composer
 from composer import BackendSpec, ComposerError
 from composer.contract.hookspecs import hookimpl
 from composer.models import zoo
+from composer.report.plan_text import summary_table
 from composer.run.proof import localize
 
 
@@ -74,7 +75,7 @@ def test_a_partition_its_backend_fails_to_lower_goes_to_the_next_backend_and_the
     assert repair.why.startswith("failed to lower: ValueError: this compiler cannot build")
     assert repair.moved_to == {"xnnpack": len(repair.nodes)}
     assert plan.proof.startswith("ran and matched eager")
-    assert "moved: brittle partition of" in plan.summary_table()
+    assert "moved: brittle partition of" in summary_table(plan)
     assert plan.to_dict()["repairs"][0]["moved_to"] == repair.moved_to
     verification = composition.verify()
     assert verification.ok and verification.executor == "executorch runtime"

@@ -9,6 +9,7 @@ from executorch.runtime import Runtime
 
 import composer
 from composer.models import zoo
+from composer.report.plan_text import summary_table
 
 pytest.importorskip("openvino")
 
@@ -34,7 +35,7 @@ def test_an_int8_backend_beside_a_float_one_each_gets_its_own_precision():
     assert openvino and not any(p.quantized for p in openvino)
     assert plan.ops_on("openvino")["aten.convolution.default"] == 2
     assert plan.ops_on("xnnpack")["aten.linear.default"] == 1
-    assert f"{len(xnnpack)} ({len(xnnpack)} quantized)" in plan.summary_table()
+    assert f"{len(xnnpack)} ({len(xnnpack)} quantized)" in summary_table(plan)
     assert any(line.startswith("xnnpack: quantized") for line in said)
     # The program, run in ExecuTorch's runtime, stays close to the float model it came from.
     method = Runtime.get().load_program(composition.buffer).load_method("forward")

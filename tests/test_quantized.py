@@ -9,6 +9,7 @@ import torch
 import composer
 from composer.contract.hookspecs import hookimpl
 from composer.models import corpus
+from composer.report.plan_text import summary_table
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def test_quantized_resnet18_composes_whole_on_xnnpack_and_runs(quantized_resnet1
     # Judged against the float model beside the q/dq simulation, as the plan says.
     assert plan.quantization is not None
     assert "judged against the float model" in plan.quantization.reason
-    assert "quantized: outputs dequantized with scale" in plan.summary_table()
+    assert "quantized: outputs dequantized with scale" in summary_table(plan)
     assert "against the float model" in plan.proof
     verification = composition.verify()
     assert verification.ok and verification.verdict.truth == "the float model"
@@ -36,7 +37,7 @@ def test_quantized_resnet18_composes_whole_on_xnnpack_and_runs(quantized_resnet1
         # move, each with its quantization groups, until XNNPACK has them all.
         assert plan.repairs and all(r.backend == "openvino" for r in plan.repairs)
         assert plan.repairs[0].why.startswith("failed to lower: OpConversionFailure")
-        assert "compiled with: openvino" not in plan.summary_table()
+        assert "compiled with: openvino" not in summary_table(plan)
 
 
 def _dynamically_quantized_mlp() -> torch.export.ExportedProgram:

@@ -239,26 +239,26 @@ def test_a_measured_plan_shows_every_candidate_each_region_and_each_partitions_t
     # The threads XNNPACK ran on while timing: the runtime's default here.
     assert f"on this machine, XNNPACK on {cpu_threads.current()} thread(s)." in text_of(page)
     rows = re.findall(r'<tr data-candidate="([^"]+)"( class="chosen")?>(.*?)</tr>', page)
-    assert [label for label, _, _ in rows] == [c["candidate"] for c in placement["candidates"]]
-    assert [label for label, chosen, _ in rows if chosen] == [placement["chosen"]]
-    for (_, _, cells), candidate in zip(rows, placement["candidates"]):
-        assert f"<td>{candidate['median_us']:.1f}</td>" in cells
+    assert [label for label, _, _ in rows] == [c.candidate for c in placement.candidates]
+    assert [label for label, chosen, _ in rows if chosen] == [placement.chosen]
+    for (_, _, cells), candidate in zip(rows, placement.candidates):
+        assert f"<td>{candidate.median_us:.1f}</td>" in cells
 
     # The per-region search: a row per region with its nodes, its time on each option, the
     # option chosen; then what a delegate call and a switch between places cost.
-    searched = placement["regions"]
-    assert searched.get("chosen"), searched.get("notes")
+    searched = placement.regions
+    assert searched.chosen, searched.notes
     assert "Per region" in text_of(page)
     header = re.search(r'<table class="regions"><tr>(.*?)</tr>', page).group(1)
     options = re.findall(r"<th>(\w+) us</th>", header)
-    assert set(options) == {o for r in searched["regions"] for o in r["options"]}
+    assert set(options) == {o for r in searched.regions for o in r.options}
     regions = re.findall(r'<tr data-region="(\d+)">(.*?)</tr>', page)
-    assert [int(i) for i, _ in regions] == list(range(len(searched["regions"])))
+    assert [int(i) for i, _ in regions] == list(range(len(searched.regions)))
     for (_, cells), region, times, pick in zip(
-        regions, searched["regions"], searched["region_us"], searched["chosen"]
+        regions, searched.regions, searched.region_us, searched.chosen
     ):
         values = re.findall(r"<td[^>]*>(.*?)</td>", cells)
-        assert values[1].startswith(region["nodes"][0])
+        assert values[1].startswith(region.nodes[0])
         assert values[-1] == pick
         for option, value in zip(options, values[2:-1]):
             assert value == (f"{times[option]:.1f}" if option in times else "\u2013")
@@ -267,21 +267,19 @@ def test_a_measured_plan_shows_every_candidate_each_region_and_each_partitions_t
         html.unescape(key): us
         for key, us in re.findall(r'<tr data-cost="([^"]+)"><td>[^<]*</td><td>([^<]+)</td>', page)
     }
-    expected = {f"call:{b}": us for b, us in searched["call_us"].items()}
-    expected |= {f"switch:{pair}": us for pair, us in searched["switch_us"].items()}
-    expected["switch"] = searched["between_us"]
+    expected = {f"call:{b}": us for b, us in searched.call_us.items()}
+    expected |= {f"switch:{a}->{b}": us for (a, b), us in searched.switch_us.items()}
+    expected["switch"] = searched.between_us
     assert costs == {key: f"{us:.1f}" for key, us in expected.items()}
     assert any(key.startswith("call:") for key in costs)
 
     timed = re.findall(r'<tr data-partition="([^"]+)">(.*?)</tr>', page)
-    assert [p for p, _ in timed] == [t["partition"] for t in placement["partitions"]]
-    for (_, cells), item in zip(timed, placement["partitions"]):
-        assert f"<td>{item['median_us']:.1f}</td>" in cells
-        for other in item["alternatives"]:
-            assert f"{other['backend']}: {other['median_us']:.1f} us ({other['candidate']}" in (
-                cells
-            )
-    assert any(item["alternatives"] for item in placement["partitions"])
+    assert [p for p, _ in timed] == [t.partition for t in placement.partitions]
+    for (_, cells), item in zip(timed, placement.partitions):
+        assert f"<td>{item.median_us:.1f}</td>" in cells
+        for other in item.alternatives:
+            assert f"{other.backend}: {other.median_us:.1f} us ({other.candidate}" in cells
+    assert any(item.alternatives for item in placement.partitions)
 
     # Hovering a partition's box or a portable node says what it cost.
     titles = {
@@ -289,8 +287,8 @@ def test_a_measured_plan_shows_every_candidate_each_region_and_each_partitions_t
         for g in svg_root(page).iter(f"{SVG}g")
         if g.get("data-partition") or (g.get("data-node") and g.get("data-backend") == PORTABLE)
     }
-    for item in placement["partitions"]:
-        assert f"measured: {item['median_us']:.1f} us" in titles[item["partition"]]
+    for item in placement.partitions:
+        assert f"measured: {item.median_us:.1f} us" in titles[item.partition]
 
 
 def test_a_program_of_several_methods_is_one_page_with_a_section_per_method():

@@ -131,7 +131,7 @@ def test_measured_placement_lowers_its_candidates_with_the_edge_programs_shared(
     monkeypatch.setattr(pipeline, "sharing_edge_programs", watched)
     model, inputs = zoo.load("cumsum_mlp")
     composition = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured")
-    assert composition.plan.placement["chosen"]
+    assert composition.plan.placement.chosen
     [shared] = entered
     # Six candidates, seven layouts and two plans lowered, most from one decomposition.
     assert shared.reused["run_decompositions"] > shared.made["run_decompositions"]

@@ -12,6 +12,7 @@ from composer.models import zoo
 from composer.registry.discovery import default_registry
 from composer.registry.resolved import resolve_stack
 from composer.registry.stack import Stack
+from composer.report.plan_text import summary_table
 
 STACKS = [
     ["tensorrt_stub", "xnnpack"],
@@ -60,7 +61,7 @@ def test_cumsum_falls_back_to_portable_with_reasons():
         "tensorrt_stub": "unsupported op",
         "xnnpack": "not tagged by XnnpackPartitioner",
     }
-    assert "fallback aten_cumsum_default (aten.cumsum.default)" in plan.summary_table()
+    assert "fallback aten_cumsum_default (aten.cumsum.default)" in summary_table(plan)
 
 
 def test_tensorrt_stub_then_xnnpack_counts_device_crossings():

@@ -247,6 +247,7 @@ def lower_plain(variant: str, program, metadata, only: str | None = None) -> dic
 
 def lower_composer(variant: str, stack: str, program, metadata) -> dict:
     import composer
+    from composer.report.plan_text import summary_table
 
     start = time.perf_counter()
     options = {"cuda": {"triton_kernel_mode": "OFF"}} if triton_off(variant) else {}
@@ -258,7 +259,7 @@ def lower_composer(variant: str, stack: str, program, metadata) -> dict:
     plan = composed.plans["forward"]
     return {
         "ok": True, "s": round(seconds, 1), "delegates": delegates_of(composed.buffer),
-        "plan": plan.summary_table(), "proof": plan.proof,
+        "plan": summary_table(plan), "proof": plan.proof,
         "repairs": [{k: (v if k != "nodes" else len(v)) for k, v in r.to_dict().items()}
                     for r in (plan.repairs or ())],
         **info,

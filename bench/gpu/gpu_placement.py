@@ -67,7 +67,7 @@ def main() -> int:
         started = time.perf_counter()
         composition = composer.compose(model, stack, inputs, cache=False)
         seconds = time.perf_counter() - started
-        placement = composition.plan.placement
+        placement = composition.plan.placement.to_dict()  # the plan's JSON form, as written
         medians = {c["candidate"]: c["median_us"] for c in placement["candidates"]}
         singles = [v for k, v in medians.items() if k.endswith(" alone") and v is not None]
         chosen = medians.get(placement["chosen"])

@@ -82,6 +82,7 @@ def folder_of(out: Path, model: str, stack: str) -> Path:
 
 def cmd_compose(args) -> None:
     import composer
+    from composer.report.plan_text import summary_table
     from composer.run import cpp_runtime
 
     out = Path(args.out)
@@ -111,9 +112,9 @@ def cmd_compose(args) -> None:
                 plan = composition.plan
                 emit(out, {"kind": "compose", "model": model_name, "stack": stack, "ok": True,
                            "s": round(seconds, 1), "proof": plan.proof,
-                           "chose": plan.placement.get("chosen") if measured else None,
+                           "chose": plan.placement.chosen if measured else None,
                            "delegates": dict(_delegates(composition)),
-                           "repairs": len(plan.repairs), "table": plan.summary_table()})  # fmt: skip
+                           "repairs": len(plan.repairs), "table": summary_table(plan)})  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, the sweep goes on
                 emit(out, {"kind": "compose", "model": model_name, "stack": stack, "ok": False,
                            "s": round(time.perf_counter() - start, 1),

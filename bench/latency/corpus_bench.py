@@ -217,13 +217,13 @@ def bench_case(
             "compose_s": time.perf_counter() - started,
             "proof": plan.proof,
             "nodes": {b: len(plan.nodes_on(b)) for b in (*plan.backends, "portable")},
-            "repairs": [dict(r) for r in plan.repairs],
+            "repairs": [r.to_dict() for r in plan.repairs],
         }
         if measured:
-            facts["chose"] = plan.placement.get("chosen")
+            facts["chose"] = plan.placement.chosen
             facts["candidates"] = [
-                {k: c.get(k) for k in ("candidate", "delegate_calls", "median_us", "note")}
-                for c in plan.placement.get("candidates", ())
+                {k: c.to_dict()[k] for k in ("candidate", "delegate_calls", "median_us", "note")}
+                for c in plan.placement.candidates
             ]
         results["composer"] = facts
         buffers["composer"] = made.buffer

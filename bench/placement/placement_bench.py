@@ -61,13 +61,13 @@ def bench_model(name: str, stacks: list[list[str]], runs: int) -> list[dict]:
         programs[f"{label} (priority)"] = composer.compose(model, stack, inputs)
     for stack in stacks:
         measured = composer.compose(model, stack, inputs, placement="measured", cache=False)
-        chosen[",".join(stack)] = measured.plan.placement
-        programs.setdefault(measured.plan.placement["chosen"], measured)
-        mixed = next((c for c in measured.plan.placement["candidates"] if c.get("pins")), None)
-        if mixed is not None and mixed["candidate"] not in programs:
+        chosen[",".join(stack)] = measured.plan.placement.to_dict()  # for the JSON rows
+        programs.setdefault(measured.plan.placement.chosen, measured)
+        mixed = next((c for c in measured.plan.placement.candidates if c.pins), None)
+        if mixed is not None and mixed.candidate not in programs:
             # The search's candidate, composed as its config would: strict order, node pins.
-            programs[mixed["candidate"]] = composer.compose(
-                model, stack, inputs, placement="strict", never=mixed["pins"]
+            programs[mixed.candidate] = composer.compose(
+                model, stack, inputs, placement="strict", never=mixed.pins
             )
     eager = copy.deepcopy(model)
     with torch.no_grad():

@@ -98,7 +98,7 @@ def bench_model(name: str, stack: str, root: Path, profile: bool) -> dict:
         phases[_phase(line)] = phases.get(_phase(line), 0.0) + end - at
     if lines:
         phases["before the first candidate"] = lines[0][0]
-    placement = composition.plan.placement
+    placement = composition.plan.placement.to_dict()  # the plan's JSON form
     row = {
         "model": name,
         "stack": stack,

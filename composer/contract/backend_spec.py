@@ -43,6 +43,14 @@ class Tolerance:
         return {"atol": self.atol, "rtol": self.rtol, "reason": self.reason, **extra}
 
     @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Tolerance:
+        """The tolerance ``to_dict`` wrote (a plan's ``tolerances`` and ``quantization``)."""
+        return cls(
+            data["atol"], data["rtol"], data.get("reason", ""), data.get("steps", 0),
+            data.get("precision", ""),
+        )  # fmt: skip
+
+    @classmethod
     def loosest(cls, declared: Mapping[str, Tolerance]) -> Tolerance | None:
         """One tolerance as loose as every one of ``declared`` (by backend name), or ``None``."""
         if not declared:

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import attrs
 
 from composer.measure.candidates import Candidate
 from composer.measure.latency import Latency
+from composer.scheduler.measured_placement import (
+    Placement,
+    RegionSearch,
+    TimedCandidate,
+    TimedPartition,
+    TracedCall,
+)
 
 MARGIN = 0.05  # a candidate must beat the declared order by this much to replace it
 
@@ -26,67 +32,23 @@ class Measurement:
     note: str = ""
     confirmed: Latency | None = None  # its time in the second round, if it was a finalist
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "candidate": self.candidate.label,
-            "backends": list(self.candidate.backends),
-            "placement": self.candidate.placement,
-            "pins": {backend: list(pins) for backend, pins in self.candidate.pins},
-            "keep_whole": self.candidate.keep_whole,
-            "delegate_calls": self.delegate_calls,
-            "median_us": None if self.latency is None else round(self.latency.median_us, 2),
-            "p90_us": None if self.latency is None else round(self.latency.p90_us, 2),
+    def record(self) -> TimedCandidate:
+        """As the plan records it, times to 0.01 us."""
+        return TimedCandidate(
+            self.candidate.label,
+            self.candidate.backends,
+            self.candidate.placement,
+            dict(self.candidate.pins),
+            self.candidate.keep_whole,
+            self.delegate_calls,
+            None if self.latency is None else round(self.latency.median_us, 2),
+            None if self.latency is None else round(self.latency.p90_us, 2),
             # The fastest call, on which interleaved's rounds settle (the choice is by median).
-            "best_us": _rounded(None if self.latency is None else self.latency.best_us),
-            "note": self.note,
-            "confirmed_median_us": (
-                None if self.confirmed is None else round(self.confirmed.median_us, 2)
-            ),
-            "confirmed_best_us": _rounded(
-                None if self.confirmed is None else self.confirmed.best_us
-            ),
-        }
-
-
-@attrs.frozen
-class Alternative:
-    """The same nodes as a partition of the chosen program, run elsewhere by another candidate."""
-
-    backend: str  # a backend, or "portable" for ExecuTorch's portable kernels
-    candidate: str  # the candidate's label
-    latency: Latency
-    extra_nodes: int = 0  # nodes that candidate's partition runs beyond these (0: the same)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "candidate": self.candidate,
-            "median_us": round(self.latency.median_us, 2),
-            "p90_us": round(self.latency.p90_us, 2),
-            "extra_nodes": self.extra_nodes,
-        }
-
-
-@attrs.frozen
-class PartitionTime:
-    """What one partition of the chosen program cost, traced; a node left to portable kernels
-    counts as a partition of its own, named after the node."""
-
-    partition: str  # the plan's partition id ("xnnpack:0"), or the portable node's name
-    backend: str
-    nodes: int
-    latency: Latency
-    alternatives: tuple[Alternative, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "backend": self.backend,
-            "nodes": self.nodes,
-            "median_us": round(self.latency.median_us, 2),
-            "p90_us": round(self.latency.p90_us, 2),
-            "alternatives": [a.to_dict() for a in self.alternatives],
-        }
+            _rounded(None if self.latency is None else self.latency.best_us),
+            self.note,
+            None if self.confirmed is None else round(self.confirmed.median_us, 2),
+            _rounded(None if self.confirmed is None else self.confirmed.best_us),
+        )
 
 
 @attrs.frozen
@@ -96,29 +58,30 @@ class Choice:
     chosen: Candidate
     measurements: tuple[Measurement, ...]
     cached: bool
-    partitions: tuple[PartitionTime, ...] = ()  # the chosen program's, traced
+    partitions: tuple[TimedPartition, ...] = ()  # the chosen program's, traced
     # the chosen program's traced call: whole, and outside its delegate and kernel calls
-    traced: dict[str, float] = attrs.field(factory=dict)
-    # the per-region search: regions, their times per option, the choice (composer.measure.region_search)
-    regions: dict[str, Any] = attrs.field(factory=dict)
+    traced: TracedCall | None = None
+    # the per-region search: regions, their times per option, the choice
+    # (composer.measure.region_search); None: not searched
+    regions: RegionSearch | None = None
     never: dict[str, list[str]] = attrs.field(factory=dict)  # the user's pins
     threads: int | None = None  # XNNPACK's threads in the runtime while measuring
     threads_set: bool = False  # whether the user set them (the config then repeats them)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": "measured",
-            "chosen": self.chosen.label,
-            "cached": self.cached,
-            "candidates": [m.to_dict() for m in self.measurements],
-            "config": self.config_toml(),
-            "partitions": [p.to_dict() for p in self.partitions],
-            "traced": dict(self.traced),
-            "regions": dict(self.regions),
-            "never": {b: list(p) for b, p in self.never.items()},
-            "threads": self.threads,
-            "threads_set": self.threads_set,
-        }
+    def placement(self) -> Placement:
+        """The choice as the plan records it (``plan.placement``)."""
+        return Placement(
+            chosen=self.chosen.label,
+            cached=self.cached,
+            candidates=tuple(m.record() for m in self.measurements),
+            config=self.config_toml(),
+            partitions=self.partitions,
+            traced=self.traced,
+            regions=self.regions,
+            never=self.never,
+            threads=self.threads,
+            threads_set=self.threads_set,
+        )
 
     def config_toml(self) -> str:
         """The lines of composer.toml that reproduce the choice without measuring: the

@@ -14,7 +14,7 @@ import attrs
 from composer.measure.latency import BLOCK, Latency
 from composer.run.program_table import execution_plan
 from composer.run.runtime import LoadedProgram
-from composer.scheduler.plans import ETDUMP
+from composer.scheduler.measured_placement import ETDUMP
 
 
 @attrs.frozen

@@ -43,6 +43,7 @@ from composer.measure.units import partition_times
 from composer.run import cpu_threads
 from composer.run.aoti_host import program_runner
 from composer.run.cpp_runtime import RunnerProgram
+from composer.scheduler.measured_placement import RegionSearch
 from composer.scheduler.plans import describe_repair
 
 RUNS = 100
@@ -140,13 +141,13 @@ def measure(
             notes[candidate] = f"not measured: over the tune budget of {budget_s:g} s"
             continue
         compose_and_load(candidate)
-    searched: dict[str, Any] = {}
+    searched: RegionSearch | None = None
     if plan_candidate is not None and len(backends) > 1:
         if runner is not None:
             whole = f"not searched: candidates are timed whole in {runner}"
-            searched = {"notes": [whole + ", where per-region timing has no counterpart"]}
+            searched = RegionSearch([whole + ", where per-region timing has no counterpart"])
         elif over_budget():
-            searched = {"notes": [f"not searched: over the tune budget of {budget_s:g} s"]}
+            searched = RegionSearch([f"not searched: over the tune budget of {budget_s:g} s"])
         else:
             mixed, searched = region_search.search(
                 compose_candidate, plan_candidate, backends, inputs,

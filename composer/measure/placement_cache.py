@@ -15,9 +15,10 @@ from typing import Any
 from composer.lower.atomic import write_all
 from composer.lower.fingerprint import Unfingerprintable, digest, program_digest, versions
 from composer.measure.candidates import Candidate
-from composer.measure.choice import Alternative, Choice, Measurement, PartitionTime
+from composer.measure.choice import Choice, Measurement
 from composer.measure.latency import Latency
 from composer.run import cpu_threads
+from composer.scheduler.measured_placement import Placement, TimedCandidate
 
 VERSIONED = ("executorch-composer", "executorch", "torch", "openvino")
 
@@ -71,59 +72,33 @@ def read_cache(folder: Path | None, key: str | None) -> Choice | None:
     path = folder / "placement" / f"{key}.json"
     try:
         data = json.loads(path.read_text())
-        measurements = tuple(
-            Measurement(
-                Candidate(
-                    tuple(item["backends"]),
-                    item["placement"],
-                    tuple((b, tuple(p)) for b, p in item.get("pins", {}).items()),
-                    item.get("keep_whole", "priority"),
-                ),
-                item["delegate_calls"],
-                None
-                if item["median_us"] is None
-                else Latency(item["median_us"], item["p90_us"], data["runs"], item.get("best_us")),
-                item["note"],
-                None
-                if item.get("confirmed_median_us") is None
-                else Latency(
-                    item["confirmed_median_us"],
-                    item["confirmed_median_us"],
-                    data["runs"],
-                    item.get("confirmed_best_us"),
-                ),
-            )
-            for item in data["candidates"]
-        )
+        recorded = Placement.from_dict(data)
+        runs = data["runs"]
+        measurements = tuple(_measurement(item, runs) for item in recorded.candidates)
         # The choice as made, which a second round may have changed: not recomputed.
-        chosen = next(m.candidate for m in measurements if m.candidate.label == data["chosen"])
-        runs = data["traced"].get("runs", 0)  # no runs: the chosen program was not traced
-        partitions = tuple(
-            PartitionTime(
-                item["partition"],
-                item["backend"],
-                item["nodes"],
-                Latency(item["median_us"], item["p90_us"], runs),
-                tuple(
-                    Alternative(
-                        a["backend"],
-                        a["candidate"],
-                        Latency(a["median_us"], a["p90_us"], runs),
-                        a["extra_nodes"],
-                    )
-                    for a in item["alternatives"]
-                ),
-            )
-            for item in data["partitions"]
-        )
-        traced = dict(data["traced"])
-        searched = dict(data.get("regions", {}))
-        never = {b: list(p) for b, p in data.get("never", {}).items()}
-        threads, threads_set = data.get("threads"), bool(data.get("threads_set"))
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        chosen = next(m.candidate for m in measurements if m.candidate.label == recorded.chosen)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
         return None  # no entry, or one this version cannot read: measure again
     return Choice(
-        chosen, measurements, True, partitions, traced, searched, never, threads, threads_set
+        chosen, measurements, True, recorded.partitions, recorded.traced, recorded.regions,
+        {b: list(p) for b, p in recorded.never.items()}, recorded.threads, recorded.threads_set,
+    )  # fmt: skip
+
+
+def _measurement(item: TimedCandidate, runs: int) -> Measurement:
+    """A candidate's measurement as the cache recorded it."""
+    return Measurement(
+        Candidate(item.backends, item.placement, tuple(item.pins.items()), item.keep_whole),
+        item.delegate_calls,
+        None
+        if item.median_us is None
+        else Latency(item.median_us, item.p90_us, runs, item.best_us),
+        item.note,
+        None
+        if item.confirmed_median_us is None
+        else Latency(
+            item.confirmed_median_us, item.confirmed_median_us, runs, item.confirmed_best_us
+        ),
     )
 
 
@@ -135,7 +110,7 @@ def write_cache(folder: Path | None, key: str | None, choice: Choice) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         runs = next((m.latency.runs for m in choice.measurements if m.latency), 0)
-        data = {**choice.to_dict(), "runs": runs}
+        data = {**choice.placement().to_dict(), "runs": runs}
         write_all({target: (json.dumps(data, indent=2) + "\n").encode()})
     except Exception:  # noqa: BLE001 - a cache that cannot be written only costs a re-measure
         return

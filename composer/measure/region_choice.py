@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from composer.measure.region_costs import Costs
-from composer.measure.regions import Region
+from composer.scheduler.measured_placement import Region
 from composer.scheduler.plans import PORTABLE
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from composer.measure.regions import Region
 from composer.measure.units import units
+from composer.scheduler.measured_placement import Region
 from composer.scheduler.plans import PORTABLE
 
 
@@ -28,12 +28,13 @@ class Costs:
     # (from, to) -> how much slower a call on ``to`` runs right after one on ``from``
     switch_us: dict[tuple[str, str], float] = attrs.field(factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def rounded(self) -> dict[str, Any]:
+        """These costs to 0.01 us, as the plan's ``RegionSearch`` holds them (by field)."""
         return {
-            "region_us": [{k: round(v, 2) for k, v in c.items()} for c in self.region_us],
+            "region_us": tuple({k: round(v, 2) for k, v in c.items()} for c in self.region_us),
             "call_us": {k: round(v, 2) for k, v in self.call_us.items()},
             "between_us": round(self.between_us, 2),
-            "switch_us": {f"{a}->{b}": round(v, 2) for (a, b), v in self.switch_us.items()},
+            "switch_us": {pair: round(v, 2) for pair, v in self.switch_us.items()},
         }
 
 

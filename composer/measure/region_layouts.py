@@ -7,8 +7,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 
-from composer.measure.regions import Region
 from composer.scheduler.assign import node_pin
+from composer.scheduler.measured_placement import Region
 from composer.scheduler.plans import PORTABLE
 
 

@@ -43,6 +43,7 @@ from composer.measure.region_layouts import layouts, pins
 from composer.measure.regions import HOSTED_MAX_REGIONS, MAX_REGIONS, cut, survey, topological_order
 from composer.measure.units import unit_steps
 from composer.run.aoti_host import program_runner
+from composer.scheduler.measured_placement import RegionSearch
 
 
 def search(
@@ -57,7 +58,8 @@ def search(
     hosted: bool = False,
 ):
     """Survey, cut, compose and trace the ``layouts``, choose: the per-region candidate (a
-    ``placement.Candidate`` with node pins) and what was found, for the plan; the candidate is
+    ``placement.Candidate`` with node pins) and what was found, for the plan (a
+    ``RegionSearch``, as far as the search went); the candidate is
     ``None`` when there is nothing to choose or the search could not finish. ``hosted``: the
     layouts run as the whole-program candidates do with CUDA in the stack on a GPU
     (``composer.run.aoti_host``), each call timed there (``composer.measure.hosted_trace``), not in the
@@ -66,7 +68,11 @@ def search(
     say = progress or (lambda line: None)
     backends = list(backends)
     notes: list[str] = []
-    found: dict[str, Any] = {"notes": notes}
+    found: dict[str, Any] = {}  # the RegionSearch's fields, as far as the search goes
+
+    def searched() -> RegionSearch:
+        return RegionSearch(notes=notes, **found)
+
     say(f"placement: regions: what each backend takes ({len(backends)} plans, each backend first)")
     try:
         first = {
@@ -77,23 +83,23 @@ def search(
         }
     except ComposerError as error:
         notes.append(f"not searched: a plan failed: {first_line(error)}")
-        return None, found
+        return None, searched()
     support = survey(first)
     if support is None:
         notes.append("not searched: the orders of the stack decompose the model differently")
-        return None, found
+        return None, searched()
     declared = first[backends[0]]
     try:
         order = topological_order(list(declared.node_ops), declared.edges)
     except ValueError as error:  # the plan's edges are a DAG; this guards the search only
         notes.append(f"not searched: {error}")
-        return None, found
+        return None, searched()
     found["max_regions"] = HOSTED_MAX_REGIONS if hosted else MAX_REGIONS
     regions = cut(order, support, backends, max_regions=found["max_regions"])
-    found["regions"] = [r.to_dict() for r in regions]
+    found["regions"] = regions
     if len(regions) < 2 or all(len(r.options) == 1 for r in regions):
         notes.append("nothing to choose per region: the whole-program candidates cover it")
-        return None, found
+        return None, searched()
     plans = layouts(regions, backends, hosted)
     composed = []
     for number, (what, assignment) in enumerate(plans, start=1):
@@ -113,7 +119,7 @@ def search(
             runnable, why = composition.runtime_can_run()
             if not runnable:
                 notes.append(f"not searched: {why}")
-                return None, found
+                return None, searched()
         try:  # once, alone: one program the runtime fails (an OpenVINO delegate did, on
             # llama_block) must not stop the others' tracing
             runner = program_runner(composition, hosted)
@@ -135,7 +141,7 @@ def search(
             traces = etdump.trace_together(buffers, inputs, trace_runs)
     except (ComposerError, RuntimeError) as error:
         notes.append(f"not traced: {first_line(error)}")
-        return None, found
+        return None, searched()
     programs = []
     for what, assignment, composition, _runner in composed:
         traced = traces[what]
@@ -150,23 +156,23 @@ def search(
             "hosted: ops outside the delegates ran in Python, not on portable kernels, so "
             "a region a backend takes is placed on a backend"
         )
-    found.update(measured.to_dict())
+    found.update(measured.rounded())
     proposed = proposal(regions, measured)
     if proposed is None:
         notes.append("no choice: a region was measured on no option")
-        return None, found
+        return None, searched()
     assignment, estimate, why = proposed
     if why is not None:
         notes.append(why)
-    found["chosen"] = list(assignment)
+    found["chosen"] = assignment
     found["estimated_us"] = round(estimate, 2)
     counts = ", ".join(f"{o} x{assignment.count(o)}" for o in dict.fromkeys(assignment))
     say(f"placement: regions: chose {counts} by dynamic programming, estimated {estimate:.1f} us")
     candidate = _pinned(backends, pins(regions, assignment, backends, support))
     if not candidate.pins:
         notes.append("the per-region choice is the declared order, strict")
-        return None, found
-    return candidate, found
+        return None, searched()
+    return candidate, searched()
 
 
 def _pinned(backends: Sequence[str], table: Mapping[str, Sequence[str]]):

@@ -9,10 +9,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
-
 from composer.run import torch_free_runtime
 from composer.run.runtime import torch_mismatch
+from composer.scheduler.measured_placement import Region
 from composer.scheduler.plans import PORTABLE
 
 MAX_REGION_NODES = 8  # a longer run of nodes the same backends take is cut into pieces
@@ -25,17 +24,6 @@ MAX_REGIONS = 40  # more are merged, smallest neighbours first: each is a call t
 # tens of seconds to compile (bench/gpu/gpu_mix.py's 32-step RNN then a head: cut into 21 regions,
 # the layouts hold 31 CUDA partitions; into 8, 12).
 HOSTED_MAX_REGIONS = 8
-
-
-@attrs.frozen
-class Region:
-    """An interval of the topological order: its nodes, and where it may run."""
-
-    nodes: tuple[str, ...]
-    options: tuple[str, ...]  # the stack's backends that take every node, in order; then portable
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"nodes": list(self.nodes), "options": list(self.options)}
 
 
 def survey(first: Mapping[str, Any]) -> dict[str, frozenset[str]] | None:

@@ -10,10 +10,10 @@ from typing import Any
 import attrs
 
 from composer.measure.candidates import Candidate
-from composer.measure.choice import Alternative, PartitionTime
 from composer.measure.etdump import ProgramTrace
 from composer.measure.hosted_trace import HostedTrace
 from composer.measure.latency import Latency
+from composer.scheduler.measured_placement import TimedAlternative, TimedPartition, TracedCall
 from composer.scheduler.plans import PORTABLE, partition_of
 
 
@@ -113,11 +113,12 @@ def _is_delegate_call(node) -> bool:
 
 def partition_times(
     chosen: Candidate, composed: Mapping[Candidate, Any], traces: Mapping[Candidate, ProgramTrace]
-) -> tuple[tuple[PartitionTime, ...], dict[str, float]]:
+) -> tuple[tuple[TimedPartition, ...], TracedCall | None]:
     """The chosen program's partitions with their traced times, and for each the same nodes as
-    other candidates ran them: on another backend, or on portable kernels."""
+    other candidates ran them: on another backend, or on portable kernels; then the chosen
+    program's call as traced (``None``: it was not)."""
     if chosen not in traces:
-        return (), {}
+        return (), None
     timed = {c: unit_latencies(composed[c], t) for c, t in traces.items()}
     others = [
         (c.label, units(composed[c].plan), timed[c])
@@ -125,34 +126,55 @@ def partition_times(
         if c != chosen and composed[c].buffer != composed[chosen].buffer
     ]
     found = tuple(
-        PartitionTime(
+        TimedPartition(
             unit.name,
             unit.backend,
             len(unit.nodes),
-            timed[chosen][unit.name],
-            _alternatives(unit, others),
+            round(timed[chosen][unit.name].median_us, 2),
+            round(timed[chosen][unit.name].p90_us, 2),
+            tuple(a.record() for a in _alternatives(unit, others)),
         )
         for unit in units(composed[chosen].plan)
         if unit.name in timed[chosen]
     )
     whole = traces[chosen]
-    traced = {
-        "execute_median_us": round(whole.execute.median_us, 2),
-        "between_calls_us": round(whole.between_steps_us, 2),
-        "runs": whole.execute.runs,
-        "timer": whole.timer,
-    }
+    traced = TracedCall(
+        round(whole.execute.median_us, 2),
+        round(whole.between_steps_us, 2),
+        whole.execute.runs,
+        whole.timer,
+    )
     return found, traced
 
 
-def _alternatives(unit: _Unit, others) -> tuple[Alternative, ...]:
+@attrs.frozen
+class _Alternative:
+    """The same nodes as a partition of the chosen program, run elsewhere by another candidate."""
+
+    backend: str  # a backend, or "portable" for ExecuTorch's portable kernels
+    candidate: str  # the candidate's label
+    latency: Latency
+    extra_nodes: int = 0  # nodes that candidate's partition runs beyond these (0: the same)
+
+    def record(self) -> TimedAlternative:
+        """As the plan records it, times to 0.01 us."""
+        return TimedAlternative(
+            self.backend,
+            self.candidate,
+            round(self.latency.median_us, 2),
+            round(self.latency.p90_us, 2),
+            self.extra_nodes,
+        )
+
+
+def _alternatives(unit: _Unit, others) -> tuple[_Alternative, ...]:
     """Per other backend, the closest match for ``unit``'s nodes among the other candidates:
     a partition holding them all (fewest extra nodes first), or all of them on portable."""
 
-    best: dict[str, Alternative] = {}
+    best: dict[str, _Alternative] = {}
     for label, their_units, their_times in others:
         options = [
-            Alternative(
+            _Alternative(
                 other.backend, label, their_times[other.name], len(other.nodes - unit.nodes)
             )
             for other in their_units
@@ -170,7 +192,7 @@ def _alternatives(unit: _Unit, others) -> tuple[Alternative, ...]:
             kernels = [their_times[name] for name in portable]
             total = Latency(sum(k.median_us for k in kernels), sum(k.p90_us for k in kernels),
                             kernels[0].runs)  # fmt: skip
-            options.append(Alternative(PORTABLE, label, total))
+            options.append(_Alternative(PORTABLE, label, total))
         for option in options:
             kept = best.get(option.backend)
             rank = (option.extra_nodes, option.latency.median_us)

@@ -391,5 +391,5 @@ def _measured(
             runner=runner,
         )
         composition = composed.get(choice.chosen) or compose_candidate(choice.chosen)
-    composition.plan = attrs.evolve(composition.plan, placement=choice.to_dict())
+    composition.plan = attrs.evolve(composition.plan, placement=choice.placement())
     return composition

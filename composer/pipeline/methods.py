@@ -92,14 +92,6 @@ class MethodsComposition:
         write_all(files)
         return target
 
-    def summary_table(self) -> str:
-        """Each method's plan under its name, then the constant methods."""
-        parts = [f"method {name}:\n{plan.summary_table()}" for name, plan in self.plans.items()]
-        if self.constant_methods:
-            values = ", ".join(f"{k}={v!r}" for k, v in self.constant_methods.items())
-            parts.append(f"constant methods: {values}")
-        return "\n\n".join(parts)
-
     def to_json(self) -> str:
         return json.dumps(
             {

@@ -275,7 +275,7 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> 
 
 def _traced(plan: Plan, node: str) -> str:
     timed = plan.partition_time(node)
-    return "" if timed is None else f"\nmeasured: {timed['median_us']:.1f} us (median, traced)"
+    return "" if timed is None else f"\nmeasured: {timed.median_us:.1f} us (median, traced)"
 
 
 def _op_summary(ops: Counter[str]) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import html
 
-from composer.scheduler.plans import PORTABLE, Plan, timer_of
+from composer.scheduler.measured_placement import RegionSearch
+from composer.scheduler.plans import PORTABLE, Plan
 
 DASH = "\u2013"  # an empty cell
 
@@ -17,15 +18,15 @@ def _e(text: object) -> str:
 def measured_placement(plan: Plan) -> str:
     """How a measured placement chose: every candidate's time, then each partition's."""
     placement = plan.placement
-    if not placement:
+    if placement is None:
         return ""
-    source = " (measurements from the cache)" if placement.get("cached") else ""
-    threads = placement.get("threads")
+    source = " (measurements from the cache)" if placement.cached else ""
+    threads = placement.threads
     on = f", XNNPACK on {threads} thread(s)" if threads else ""
     parts = [
         "<h2>Measured placement</h2>",
         (
-            f"<p>Chose <b>{_e(placement['chosen'])}</b>{_e(source)}: the candidates were composed "
+            f"<p>Chose <b>{_e(placement.chosen)}</b>{_e(source)}: the candidates were composed "
             f"and timed together in the ExecuTorch runtime on this machine{_e(on)}. A candidate "
             "that beat the declared order was timed again with it and each backend alone (second "
             "round), and kept only if it won again.</p>"
@@ -35,31 +36,31 @@ def measured_placement(plan: Plan) -> str:
             "<th>median us</th><th>p90 us</th><th>second round median us</th><th>note</th></tr>"
         ),
     ]
-    for item in placement["candidates"]:
-        chosen = ' class="chosen"' if item["candidate"] == placement["chosen"] else ""
-        median = DASH if item["median_us"] is None else f"{item['median_us']:.1f}"
-        p90 = DASH if item["p90_us"] is None else f"{item['p90_us']:.1f}"
-        calls = DASH if item["delegate_calls"] is None else item["delegate_calls"]
-        again = item.get("confirmed_median_us")
-        again = DASH if again is None else f"{again:.1f}"
+    for item in placement.candidates:
+        chosen = ' class="chosen"' if item.candidate == placement.chosen else ""
+        median = DASH if item.median_us is None else f"{item.median_us:.1f}"
+        p90 = DASH if item.p90_us is None else f"{item.p90_us:.1f}"
+        calls = DASH if item.delegate_calls is None else item.delegate_calls
+        again = DASH if item.confirmed_median_us is None else f"{item.confirmed_median_us:.1f}"
         parts.append(
-            f'<tr data-candidate="{_e(item["candidate"])}"{chosen}>'
-            f"<td>{_e(item['candidate'])}</td><td>{calls}</td><td>{median}</td>"
-            f"<td>{p90}</td><td>{again}</td><td>{_e(item['note'])}</td></tr>"
+            f'<tr data-candidate="{_e(item.candidate)}"{chosen}>'
+            f"<td>{_e(item.candidate)}</td><td>{calls}</td><td>{median}</td>"
+            f"<td>{p90}</td><td>{again}</td><td>{_e(item.note)}</td></tr>"
         )
     parts.append("</table>")
-    parts.append(_region_search(placement.get("regions", {})))
-    timed = placement.get("partitions", ())
-    if not timed:
+    if placement.regions is not None:
+        parts.append(_region_search(placement.regions))
+    timed = placement.partitions
+    traced = placement.traced
+    if not timed or traced is None:
         parts.append("<p>No per-partition times: the chosen program could not be traced.</p>")
         return "\n".join(parts)
-    traced = placement["traced"]
     parts += [
         (
-            f"<p>Per partition of the chosen program, traced over {traced['runs']} runs "
-            f"({_e(timer_of(traced))}), medians. The whole call took "
-            f"{traced['execute_median_us']:.1f} us, "
-            f"{traced['between_calls_us']:.1f} us of it between the delegate and kernel calls. "
+            f"<p>Per partition of the chosen program, traced over {traced.runs} runs "
+            f"({_e(traced.timed_by)}), medians. The whole call took "
+            f"{traced.execute_median_us:.1f} us, "
+            f"{traced.between_calls_us:.1f} us of it between the delegate and kernel calls. "
             "Elsewhere: the same nodes as another candidate ran them.</p>"
         ),
         (
@@ -69,39 +70,39 @@ def measured_placement(plan: Plan) -> str:
     ]
     for item in timed:
         elsewhere = "<br>".join(
-            f"{_e(a['backend'])}: {a['median_us']:.1f} us ({_e(a['candidate'])}"
-            + (f", {a['extra_nodes']} more nodes in that partition" if a["extra_nodes"] else "")
+            f"{_e(a.backend)}: {a.median_us:.1f} us ({_e(a.candidate)}"
+            + (f", {a.extra_nodes} more nodes in that partition" if a.extra_nodes else "")
             + ")"
-            for a in item["alternatives"]
+            for a in item.alternatives
         )
         parts.append(
-            f'<tr data-partition="{_e(item["partition"])}"><td>{_e(item["partition"])}</td>'
-            f"<td>{_e(item['backend'])}</td><td>{item['nodes']}</td>"
-            f"<td>{item['median_us']:.1f}</td><td>{item['p90_us']:.1f}</td>"
+            f'<tr data-partition="{_e(item.partition)}"><td>{_e(item.partition)}</td>'
+            f"<td>{_e(item.backend)}</td><td>{item.nodes}</td>"
+            f"<td>{item.median_us:.1f}</td><td>{item.p90_us:.1f}</td>"
             f"<td>{elsewhere or DASH}</td></tr>"
         )
     parts.append("</table>")
     return "\n".join(parts)
 
 
-def _region_search(searched: dict) -> str:
+def _region_search(searched: RegionSearch) -> str:
     """The per-region search (composer.measure.region_search): each region's time on every option, the
     choice, and what a call and a switch between places cost."""
-    regions = searched.get("regions", ())
-    notes = "".join(f'<p class="note">{_e(note)}</p>' for note in searched.get("notes", ()))
+    regions = searched.regions or ()
+    notes = "".join(f'<p class="note">{_e(note)}</p>' for note in searched.notes)
     if not regions:
         return f"<h2>Per region</h2>{notes}" if notes else ""
-    times = searched.get("region_us", ())
-    chosen = searched.get("chosen", ())
-    estimate = searched.get("estimated_us")
-    seen = dict.fromkeys(o for region in regions for o in region["options"])
+    times = searched.region_us or ()
+    chosen = searched.chosen or ()
+    estimate = searched.estimated_us
+    seen = dict.fromkeys(o for region in regions for o in region.options)
     options = sorted(seen, key=lambda option: option == PORTABLE)  # the backends, then portable
     parts = [
         "<h2>Per region</h2>",
         (
             f"<p>The graph cut into {len(regions)} regions (intervals of a topological order), "
             "each timed on every option that takes it in programs traced together ("
-            + _e(timer_of(searched))
+            + _e(searched.timed_by)
             + "), medians in us. Dynamic programming over the "
             "regions picked an option per region, charging each call's fixed cost and each "
             "switch"
@@ -113,14 +114,14 @@ def _region_search(searched: dict) -> str:
         + "<th>chosen</th></tr>",
     ]
     for index, region in enumerate(regions):
-        nodes = region["nodes"]
+        nodes = region.nodes
         named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
         cost = times[index] if index < len(times) else {}
         pick = chosen[index] if index < len(chosen) else None
         cells = []
         for option in options:
             mark = ' class="chosen"' if option == pick else ""
-            if option not in region["options"]:
+            if option not in region.options:
                 cells.append(f"<td>{DASH}</td>")
             elif option in cost:
                 cells.append(f"<td{mark}>{cost[option]:.1f}</td>")
@@ -135,15 +136,14 @@ def _region_search(searched: dict) -> str:
     saved = "fixed (saved when two regions become one call)"
     costs = [
         (f"call:{backend}", f"a delegate call on {backend}, {saved}", us)
-        for backend, us in searched.get("call_us", {}).items()
+        for backend, us in (searched.call_us or {}).items()
     ]
-    if "between_us" in searched:
+    if searched.between_us is not None:
         costs.append(("switch", "a switch between places: the runtime's own time",
-                      searched["between_us"]))  # fmt: skip
-    for pair, us in searched.get("switch_us", {}).items():
-        before, after = pair.split("->")
-        costs.append((f"switch:{pair}", f"a call on {after} right after one on {before}, more",
-                      us))  # fmt: skip
+                      searched.between_us))  # fmt: skip
+    for (before, after), us in (searched.switch_us or {}).items():
+        costs.append((f"switch:{before}->{after}",
+                      f"a call on {after} right after one on {before}, more", us))  # fmt: skip
     if costs:
         parts.append("<p>What a call and a switch cost, from the same traces:</p>")
         parts.append('<table class="region-costs"><tr><th>cost</th><th>us</th></tr>')

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from tabulate import tabulate
 
 from composer.contract.backend_spec import Tolerance
+from composer.scheduler.measured_placement import Placement, RegionSearch, TimedPartition
 from composer.scheduler.plan_records import Repair
 
 PORTABLE = "portable"
 QUANTIZED_OPS = ("quantized_decomposed.", "torchao.")  # the namespaces of q/dq ops
 HOST = "cpu"  # portable kernels, graph inputs and outputs run on the host
-# What timed the partitions and regions of a plan that does not say (made before hosted
-# timing): composer.measure.etdump.ProgramTrace.timer.
-ETDUMP = "ExecuTorch's event tracer, ETDump"
-
-
-def timer_of(timed: dict[str, Any]) -> str:
-    """What timed ``timed`` (a plan's ``placement["traced"]`` or ``["regions"]``)."""
-    return timed.get("timer", ETDUMP)
 
 
 @attrs.frozen
@@ -58,6 +51,14 @@ class Partition:
             **({"state": list(self.state)} if self.state else {}),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], node_ops: Mapping[str, str]) -> Partition:
+        """The partition ``to_dict`` wrote; its ops are its nodes' (``node_ops``: the plan's),
+        which the JSON holds only as counts."""
+        nodes = tuple(data["nodes"])
+        return cls(data["id"], data["backend"], data["device"], nodes,
+                   tuple(node_ops[n] for n in nodes), tuple(data.get("state", ())))  # fmt: skip
+
 
 @attrs.frozen
 class Fallback:
@@ -70,10 +71,15 @@ class Fallback:
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.node, "op": self.op, "reasons": dict(self.reasons)}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fallback:
+        return cls(data["node"], data["op"], tuple(data["reasons"].items()))
+
 
 @attrs.frozen
 class Plan:
-    """How a model is composed over a backend stack. ``to_json`` has stable keys."""
+    """How a model is composed over a backend stack. ``to_json`` has stable keys, and
+    ``from_dict`` reads them back (composer.report.plan_text renders it as text)."""
 
     backends: tuple[str, ...]
     node_backends: dict[str, str]  # every compute node of the edge program -> backend
@@ -89,7 +95,8 @@ class Plan:
     tolerances: dict[str, Tolerance] = attrs.field(factory=dict)
     libraries: dict[str, str] = attrs.field(factory=dict)  # backend -> "openvino 2025.4.1"
     # how placement was decided when it was measured: the candidates and their times
-    placement: dict[str, Any] = attrs.field(factory=dict)
+    # (``None``: not measured)
+    placement: Placement | None = None
     # how the program was proven before it was written (composer.run.proof): ran and matched
     # eager, not run here (and why), or not checked; empty for a plan (nothing runs)
     proof: str = ""
@@ -127,21 +134,21 @@ class Plan:
         answers = list(self.decisions.get(node_name, ()))
         timed = self.partition_time(node_name)
         if timed is not None:
-            answers.append(("measured", _describe_time(timed)))
-        searched = self.placement.get("regions", {})
-        regions = searched.get("regions", ())
-        index = next((i for i, r in enumerate(regions) if node_name in r["nodes"]), None)
+            answers.append(("measured", describe_partition_time(timed)))
+        searched = self.placement.regions if self.placement is not None else None
+        regions = (searched.regions or ()) if searched is not None else ()
+        index = next((i for i, r in enumerate(regions) if node_name in r.nodes), None)
         if index is not None:
-            answers.append(("per region", _region_line(searched, index)))
+            answers.append(("per region", describe_region(searched, index)))
         return answers
 
-    def partition_time(self, node_name: str) -> dict[str, Any] | None:
+    def partition_time(self, node_name: str) -> TimedPartition | None:
         """The traced time of the partition ``node_name`` runs in (for a node on portable
         kernels, of its kernel call), with the alternatives measured; ``None`` if not traced."""
+        if self.placement is None:
+            return None
         unit = next((p.id for p in self.partitions if node_name in p.nodes), node_name)
-        return next(
-            (t for t in self.placement.get("partitions", ()) if t["partition"] == unit), None
-        )
+        return self.placement.timed_partition(unit)
 
     def backend_of(self, node_name: str) -> str:
         return self.node_backends[node_name]
@@ -160,44 +167,6 @@ class Plan:
         partitions = self.partitions_of(backend)
         quantized = sum(p.quantized for p in partitions)
         return f"{len(partitions)}" + (f" ({quantized} quantized)" if quantized else "")
-
-    def _placement_lines(self) -> list[str]:
-        if not self.placement:
-            return []
-        source = " (from the cache)" if self.placement.get("cached") else ""
-        lines = [f"placement: measured{source}, chose {self.placement['chosen']}"]
-        if self.placement.get("threads"):
-            lines.append(f"  timed with XNNPACK on {self.placement['threads']} thread(s)")
-        for item in self.placement["candidates"]:
-            if item["median_us"] is None:
-                lines.append(f"  {item['candidate']}: {item['note']}")
-            else:
-                again = item.get("confirmed_median_us")
-                lines.append(
-                    f"  {item['candidate']}: {item['delegate_calls']} delegate call(s), median "
-                    f"{item['median_us']:.1f} us, p90 {item['p90_us']:.1f} us"
-                    + ("" if again is None else f"; second round median {again:.1f} us")
-                )
-        timed = self.placement.get("partitions", ())
-        traced = self.placement.get("traced", {})
-        if timed:
-            lines.append(
-                f"  per partition, traced over {traced['runs']} runs "
-                f"({timer_of(traced)}), median: the call "
-                f"{traced['execute_median_us']:.1f} us, {traced['between_calls_us']:.1f} us of "
-                "it between delegate and kernel calls"
-            )
-            lines += [f"    {_describe_time(t)}" for t in timed]
-        lines += _region_lines(self.placement.get("regions", {}))
-        config = self.placement.get("config", "").strip()
-        if "\n[" in config:  # with a table of pins: as it goes in the file
-            lines.append("  to reproduce without measuring, in composer.toml:")
-            lines += [f"    {line}" for line in config.splitlines()]
-        elif config:
-            lines.append(
-                f"  to reproduce without measuring, in composer.toml: {config.replace(chr(10), ', ')}"
-            )
-        return lines
 
     def tolerance(self) -> Tolerance | None:
         """The loosest tolerance among the backends that took a node (``None``: the default)."""
@@ -236,7 +205,7 @@ class Plan:
             # added later: new keys go last, so readers of the old order keep working
             "libraries": dict(self.libraries),
             "tolerances": {b: t.to_dict() for b, t in self.tolerances.items()},
-            "placement": dict(self.placement),
+            "placement": {} if self.placement is None else self.placement.to_dict(),
             "proof": self.proof,
             "repairs": [r.to_dict() for r in self.repairs],
             "dynamic_dims": [dict(d) for d in self.dynamic_dims],
@@ -246,56 +215,37 @@ class Plan:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
-    def summary_table(self) -> str:
-        """A plain-text table: one row per backend, then the totals."""
-        rows = [("backend", "nodes", "partitions", "ops")]
-        for backend in (*self.backends, PORTABLE):
-            ops = self.ops_on(backend)
-            top = ", ".join(f"{op} x{n}" for op, n in ops.most_common(4))
-            more = len(ops) - 4
-            rows.append(
-                (
-                    backend + (" (stand-in)" if backend in self.stand_ins else ""),
-                    str(len(self.nodes_on(backend))),
-                    "-" if backend == PORTABLE else self.partition_count(backend),
-                    top + (f", +{more} more" if more > 0 else ""),
-                )
-            )
-        lines = tabulate(
-            rows[1:], headers=rows[0], tablefmt="plain", disable_numparse=True
-        ).splitlines()
-        lines.append(
-            f"delegate calls: {self.delegate_calls}   device crossings: {self.crossings}   "
-            f"duplicated constant bytes: {self.duplicated_constant_bytes}"
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """The plan ``to_dict`` wrote (``summary``, ``op_counts`` and ``quantized`` are read off
+        the rest; ``safer_options`` and ``decisions`` are not in the JSON)."""
+        nodes = data["nodes"]
+        node_ops = {name: node["op"] for name, node in nodes.items()}
+        quantization = data.get("quantization")
+        return cls(
+            backends=tuple(data["backends"]),
+            node_backends={name: node["backend"] for name, node in nodes.items()},
+            node_ops=node_ops,
+            partitions=tuple(Partition.from_dict(p, node_ops) for p in data["partitions"]),
+            fallbacks=tuple(Fallback.from_dict(f) for f in data["fallbacks"]),
+            delegate_calls=data["delegate_calls"],
+            crossings=data["crossings"],
+            duplicated_constant_bytes=data["duplicated_constant_bytes"],
+            stand_ins=tuple(data.get("stand_ins", ())),
+            edges=tuple((a, b) for a, b in data.get("edges", ())),
+            tolerances={b: Tolerance.from_dict(t) for b, t in data.get("tolerances", {}).items()},
+            libraries=dict(data.get("libraries", {})),
+            placement=Placement.from_dict(data.get("placement", {})),
+            proof=data.get("proof", ""),
+            repairs=tuple(Repair.from_dict(r) for r in data.get("repairs", ())),
+            dynamic_dims=tuple(dict(d) for d in data.get("dynamic_dims", ())),
+            quantization=None if quantization is None else Tolerance.from_dict(quantization),
         )
-        for backend, tolerance in self.tolerances.items():
-            lines.append(
-                f"precision {backend}: "
-                + (f"judged against eager in {tolerance.precision}" if tolerance.precision
-                   else "the model's")
-                + (f" ({tolerance.reason})" if tolerance.reason else "")
-            )  # fmt: skip
-        if self.dynamic_dims:
-            lines.append(f"dynamic: {describe_dynamic_dims(self.dynamic_dims)}")
-        lines.extend(
-            f"state kept in {p.id}: {', '.join(p.state)}" for p in self.partitions if p.state
-        )
-        if self.quantization is not None:
-            q = self.quantization
-            lines.append(f"quantized: {q.reason}")
-        lines.extend(self._placement_lines())
-        lines.extend(f"moved: {describe_repair(r)}" for r in self.repairs)
-        if self.proof:
-            lines.append(f"proof: {self.proof}")
-        # Only the compilers that compiled something: "compiled with: openvino" where
-        # OpenVINO took no node misleads.
-        used = {b: lib for b, lib in self.libraries.items() if self.nodes_on(b)}
-        if used:
-            lines.append("compiled with: " + ", ".join(f"{b}: {lib}" for b, lib in used.items()))
-        for fallback in self.fallbacks:
-            why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
-            lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
-        return "\n".join(lines)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """The plan ``to_json`` wrote."""
+        return cls.from_dict(json.loads(text))
 
 
 def describe_dynamic_dims(dims) -> str:
@@ -323,60 +273,30 @@ def describe_repair(repair: Repair) -> str:
     )
 
 
-def _region_lines(searched: dict[str, Any]) -> list[str]:
-    """The per-region search (composer.measure.region_search): each region's time per option, the choice."""
-    regions = searched.get("regions", ())
-    if not regions:
-        return [f"  per region: {note}" for note in searched.get("notes", ())]
-    estimate = searched.get("estimated_us")
-    lines = [
-        f"  per region: {len(regions)} regions, each timed on every option "
-        f"({timer_of(searched)})"
-        + (
-            ""
-            if estimate is None
-            else f"; chosen by dynamic programming, estimated {estimate:.1f} us"
-        )
-    ]
-    lines += [f"    {_region_line(searched, index)}" for index in range(len(regions))]
-    calls = searched.get("call_us", {})
-    switches = searched.get("switch_us", {})
-    if calls or switches:
-        lines.append(
-            "    a call's fixed cost: "
-            + (", ".join(f"{b} {us:.1f} us" for b, us in calls.items()) or "-")
-            + f"; a switch: {searched.get('between_us', 0.0):.1f} us"
-            + "".join(f", {pair} +{us:.1f} us" for pair, us in switches.items())
-        )
-    lines += [f"    {note}" for note in searched.get("notes", ())]
-    return lines
-
-
-def _region_line(searched: dict[str, Any], index: int) -> str:
-    """One region of the search: its nodes, its time on each option, the option chosen."""
-    region = searched["regions"][index]
-    times = searched.get("region_us", ())
-    chosen = searched.get("chosen", ())
-    nodes = region["nodes"]
+def describe_region(searched: RegionSearch, index: int) -> str:
+    """One region of the per-region search: its nodes, its time on each option, the option
+    chosen."""
+    region = (searched.regions or ())[index]
+    times = searched.region_us or ()
+    chosen = searched.chosen or ()
+    nodes = region.nodes
     named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
     cost = times[index] if index < len(times) else {}
     options = ", ".join(
-        f"{o} {cost[o]:.1f} us" if o in cost else f"{o} not timed" for o in region["options"]
+        f"{o} {cost[o]:.1f} us" if o in cost else f"{o} not timed" for o in region.options
     )
     pick = f" -> {chosen[index]}" if index < len(chosen) else ""
     return f"region {index}: {named}: {options}{pick}"
 
 
-def _describe_time(timed: dict[str, Any]) -> str:
+def describe_partition_time(timed: TimedPartition) -> str:
     """One line: a partition's traced time on its backend, then on each alternative."""
-    nodes = f"{timed['nodes']} node{'s' if timed['nodes'] != 1 else ''}"
-    line = f"{timed['partition']} ({nodes}) on {timed['backend']}: {timed['median_us']:.1f} us"
-    for other in timed["alternatives"]:
-        extra = other["extra_nodes"]
+    nodes = f"{timed.nodes} node{'s' if timed.nodes != 1 else ''}"
+    line = f"{timed.partition} ({nodes}) on {timed.backend}: {timed.median_us:.1f} us"
+    for other in timed.alternatives:
+        extra = other.extra_nodes
         larger = f", in a partition with {extra} more node(s)" if extra else ""
-        line += (
-            f"; on {other['backend']} {other['median_us']:.1f} us ({other['candidate']}{larger})"
-        )
+        line += f"; on {other.backend} {other.median_us:.1f} us ({other.candidate}{larger})"
     return line
 
 
