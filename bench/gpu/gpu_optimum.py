@@ -1,0 +1,197 @@
+"""Issue 41 item 6 on the GPU machine: models of optimum-executorch's ``cuda`` recipe, built from
+small transformers configs (random weights), exported by optimum's own task code with its
+``cuda`` recipe (plain ExecuTorch: ``CudaPartitioner``) and with the ``composer`` recipe
+(``composer.models.optimum``) for ``cuda`` and ``xnnpack,cuda``; each program then prefills 5
+tokens and decodes 3 in ExecuTorch's C++ runtime (bench/et_runtime's runner), every step's
+last-token logits judged as composer's proof judges (``composer.run.accuracy.judge``: against
+the model in fp64, beside eager fp32, each run on the whole sequence so far without a cache),
+and a decode call timed (``--repeats`` calls, with an A/A: the first program timed again).
+
+Subcommands (``device`` is the one device command; ``export`` what it runs, a process each):
+
+    python3 bench/gpu/gpu_optimum.py device --out $OUT/optimum --models llama,gemma3
+    python3 bench/gpu/gpu_optimum.py export --model llama --recipe composer:xnnpack,cuda --out DIR
+
+optimum-executorch 1.1.0 pins transformers 5.0.0rc1: the device carries ``.whl-optimum/``
+(``pip download --no-deps --python-version 3.12`` of it, optimum 2.0.0, accelerate,
+transformers 5.0.0rc1, huggingface_hub 1.x, tokenizers 0.22.1 and their small dependencies),
+installed into /tmp/site after ``bench/gpu_setup.sh``. Results: ``OUT/optimum.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+RECIPES = ("cuda", "composer:cuda", "composer:xnnpack,cuda")
+PROMPT = [1, 17, 230, 5, 99]
+DECODE = [40, 41, 42]
+
+
+def emit(out: Path, record: dict) -> None:
+    with open(out / "optimum.jsonl", "a") as file:
+        file.write(json.dumps({"t": round(time.time(), 1), **record}, default=str) + "\n")
+    print(json.dumps(record, default=str)[:1500], flush=True)
+
+
+def build(name: str, folder: Path) -> None:
+    import torch
+    import transformers
+
+    small = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "max_position_embeddings": 128}  # fmt: skip
+    torch.manual_seed(0)
+    if name == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small))
+    elif name == "gemma3":
+        config = transformers.Gemma3TextConfig(**small, head_dim=16, sliding_window=32)
+        model = transformers.Gemma3ForCausalLM(config)
+    else:
+        raise SystemExit(f"no model {name}")
+    model.save_pretrained(folder)
+
+
+def cmd_export(args) -> None:
+    from optimum.exporters.executorch import main_export
+
+    import composer.models.optimum  # noqa: F401 - registers the composer recipe
+
+    out = Path(args.out)
+    source = out / f"{args.model}_hf"
+    recipe, _, backends = args.recipe.partition(":")
+    kwargs = {"backends": backends} if backends else {}
+    target = out / f"{args.model}_{args.recipe.replace(':', '_').replace(',', '_')}"
+    record = {"kind": "export", "model": args.model, "recipe": args.recipe}
+    started = time.perf_counter()
+    try:
+        main_export(str(source), task="text-generation", recipe=recipe, output_dir=str(target),
+                    recipe_kwargs=kwargs, max_seq_len=64)  # fmt: skip
+        record.update(ok=True, pte=str(target / "model.pte"),
+                      ptd=[str(p) for p in sorted(target.glob("*.ptd"))])  # fmt: skip
+    except Exception as error:  # noqa: BLE001 - a failed export is a result
+        record.update(ok=False, error=f"{type(error).__name__}: {error}"[:3000],
+                      trace=traceback.format_exc()[-3000:])  # fmt: skip
+    record["s"] = round(time.perf_counter() - started, 1)
+    emit(out, record)
+
+
+def steps():
+    import torch
+
+    prompt = torch.tensor([PROMPT])
+    found = [(prompt, torch.arange(len(PROMPT)))]
+    found += [(torch.tensor([[t]]), torch.tensor([len(PROMPT) + i])) for i, t in enumerate(DECODE)]
+    return found
+
+
+def references(model_name: str, out: Path):
+    """Per step: (eager fp32, fp64) last-token logits, each from the whole sequence so far."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(out / f"{model_name}_hf").eval()
+    truth = AutoModelForCausalLM.from_pretrained(out / f"{model_name}_hf").eval().double()
+    sequence, found = [], []
+    with torch.no_grad():
+        for tokens, _positions in steps():
+            sequence += tokens[0].tolist()
+            ids = torch.tensor([sequence])
+            found.append((model(ids).logits[:, -1], truth(ids).logits[:, -1]))
+    return found
+
+
+def cmd_run(args) -> None:
+    from composer.run import cpp_runtime
+    from composer.run.accuracy import judge
+
+    out = Path(args.out)
+    runner = os.environ[cpp_runtime.RUNNER_VARIABLE]
+    exports = [json.loads(line) for line in (out / "optimum.jsonl").read_text().splitlines()]
+    exports = [e for e in exports if e.get("kind") == "export" and e.get("ok")]
+    for model_name in sorted({e["model"] for e in exports}):
+        refs = references(model_name, out)
+        timed = {}
+        for export in [e for e in exports if e["model"] == model_name]:
+            record = {"kind": "run", "model": model_name, "recipe": export["recipe"]}
+            try:
+                report = cpp_runtime.run_pte_detailed(
+                    runner, export["pte"], export["ptd"], list(steps()[-1]),
+                    repeats=args.repeats, warmup=10, steps=steps(),
+                )  # fmt: skip
+                verdicts = []
+                for got, (eager, true) in zip(report["step_outputs"], refs, strict=True):
+                    last = got[0][:, -1] if got[0].dim() == 3 else got[0]
+                    verdicts.append(judge(last.float(), eager, true))
+                seconds = sorted(report["seconds"])
+                median_us = 1e6 * seconds[len(seconds) // 2]
+                timed[export["recipe"]] = median_us
+                record.update(ok=all(v.ok for v in verdicts),
+                              steps=[v.describe() for v in verdicts],
+                              decode_median_us=round(median_us, 1),
+                              tokens_per_s=round(1e6 / median_us, 1))  # fmt: skip
+            except Exception as error:  # noqa: BLE001 - a program that fails to run is a result
+                record.update(ok=False, error=f"{type(error).__name__}: {error}"[:3000])
+            emit(out, record)
+        first = next((e for e in exports if e["model"] == model_name), None)
+        if first is not None and timed:  # A/A: the first program again, as another program
+            report = cpp_runtime.run_pte_detailed(
+                runner, first["pte"], first["ptd"], list(steps()[-1]), repeats=args.repeats,
+                warmup=10, steps=steps(),
+            )  # fmt: skip
+            seconds = sorted(report["seconds"])
+            emit(out, {"kind": "aa", "model": model_name, "recipe": first["recipe"],
+                       "decode_median_us": round(1e6 * seconds[len(seconds) // 2], 1)})  # fmt: skip
+
+
+def cmd_device(args) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    me = [sys.executable, str(Path(__file__).resolve())]
+    for name in args.models.split(","):
+        build(name, out / f"{name}_hf")
+    procs = []
+    for name in args.models.split(","):
+        for recipe in args.recipes.split(";"):
+            log = open(out / f"export_{name}_{recipe.replace(':', '_').replace(',', '_')}.log", "w")  # noqa: SIM115
+            procs.append(subprocess.Popen(me + ["export", "--model", name, "--recipe", recipe,
+                                                "--out", str(out)], stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
+    deadline = time.time() + args.limit
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.time(), 1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    subprocess.run(me + ["run", "--out", str(out), "--repeats", str(args.repeats)], check=False)
+
+
+def main() -> None:
+    warnings.simplefilter("ignore")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("device")
+    p.add_argument("--out", required=True)
+    p.add_argument("--models", default="llama,gemma3")
+    p.add_argument("--recipes", default=";".join(RECIPES))
+    p.add_argument("--limit", type=float, default=380, help="seconds for the exports")
+    p.add_argument("--repeats", type=int, default=200)
+    p = sub.add_parser("export")
+    p.add_argument("--model", required=True)
+    p.add_argument("--recipe", required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("run")
+    p.add_argument("--out", required=True)
+    p.add_argument("--repeats", type=int, default=200)
+    args = parser.parse_args()
+    {"device": cmd_device, "export": cmd_export, "run": cmd_run}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
