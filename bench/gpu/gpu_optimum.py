@@ -35,6 +35,53 @@ PROMPT = [1, 17, 230, 5, 99]
 DECODE = [40, 41, 42]
 
 
+# The schemas of ExecuTorch 1.5.1's llama:: custom ops (libcustom_ops_aot_lib.so, read from it
+# under torch 2.13 here). optimum-executorch imports them unconditionally (its convert.py imports
+# its custom SDPA), and the library is built for torch 2.13: under the GPU machine's torch 2.11
+# it fails to load ("undefined symbol ... torch7Library4_def"). The cuda recipe uses none of
+# them (optimum refuses custom SDPA for CUDA), so their schemas alone, defined without kernels,
+# let the import pass; a program that called one would fail, not compute something else.
+LLAMA_OP_SCHEMAS = (
+    "sdpa_with_kv_cache(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None) -> Tensor",
+    "sdpa_with_kv_cache.out(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(c!) out) -> Tensor(c!)",
+    "fast_hadamard_transform(Tensor mat) -> Tensor",
+    "fast_hadamard_transform.out(Tensor mat, *, Tensor(a!) out) -> Tensor(a!)",
+    "quantized_moe_ffn(Tensor x, Tensor gate_weight, Tensor expert_bias, Tensor packed_w13, Tensor packed_w2, int num_activated_experts, int num_experts, int hidden_dim, int dim, int group_size, int weight_nbit, str score_func, float route_scale) -> Tensor",
+    "quantized_moe_ffn.out(Tensor x, Tensor gate_weight, Tensor expert_bias, Tensor packed_w13, Tensor packed_w2, int num_activated_experts, int num_experts, int hidden_dim, int dim, int group_size, int weight_nbit, str score_func, float route_scale, *, Tensor(a!) out) -> Tensor(a!)",
+    "custom_sdpa(Tensor query, Tensor key, Tensor value, SymInt start_pos, Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None) -> Tensor",
+    "custom_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(a!) out) -> Tensor(a!)",
+    "update_cache(Tensor value, Tensor(a!) cache, SymInt start_pos) -> Tensor",
+    "update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, Tensor(b!) out) -> Tensor(b!)",
+    "update_cache_with_indices(Tensor value, Tensor(a!) cache, SymInt start_pos, Tensor indices) -> Tensor",
+    "update_cache_with_indices.out(Tensor value, Tensor(a!) cache, SymInt start_pos, Tensor indices, *, Tensor(b!) out) -> Tensor(b!)",
+    "gated_delta_rule(Tensor query, Tensor key, Tensor value, Tensor decay, Tensor beta, Tensor initial_state) -> (Tensor, Tensor)",
+    "gated_delta_rule.out(Tensor query, Tensor key, Tensor value, Tensor decay, Tensor beta, Tensor initial_state, *, Tensor(a!) out, Tensor(b!) final_state_out) -> (Tensor(a!), Tensor(b!))",
+    "channelwise_gated_delta_rule(Tensor query, Tensor key, Tensor value, Tensor decay, Tensor beta, Tensor initial_state) -> (Tensor, Tensor)",
+    "channelwise_gated_delta_rule.out(Tensor query, Tensor key, Tensor value, Tensor decay, Tensor beta, Tensor initial_state, *, Tensor(a!) out, Tensor(b!) final_state_out) -> (Tensor(a!), Tensor(b!))",
+    "custom_quantized_sdpa(Tensor query, Tensor key, Tensor value, SymInt start_pos, Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, Tensor? q_zero_points=None, Tensor? q_scales=None, Tensor? k_zero_points=None, Tensor? k_scales=None, Tensor? v_zero_points=None, Tensor? v_scales=None, bool is_seq_at_dim_2=False) -> Tensor",
+    "custom_quantized_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos, Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None, Tensor? q_zero_points=None, Tensor? q_scales=None, Tensor? k_zero_points=None, Tensor? k_scales=None, Tensor? v_zero_points=None, Tensor? v_scales=None, bool is_seq_at_dim_2=False, *, Tensor(a!) out) -> Tensor(a!)",
+)
+
+
+def define_llama_ops_without_their_library() -> None:
+    import torch
+
+    try:
+        torch.ops.llama.sdpa_with_kv_cache.default  # noqa: B018 - loaded already?
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    if torch.__version__.startswith("2.13"):
+        return  # the library loads: ExecuTorch's own import does it
+    library = torch.library.Library("llama", "DEF")
+    for schema in LLAMA_OP_SCHEMAS:
+        library.define(schema)
+    _KEPT.append(library)  # a Library object unregisters its ops when collected
+
+
+_KEPT: list = []
+
+
 def emit(out: Path, record: dict) -> None:
     with open(out / "optimum.jsonl", "a") as file:
         file.write(json.dumps({"t": round(time.time(), 1), **record}, default=str) + "\n")
@@ -60,6 +107,7 @@ def build(name: str, folder: Path) -> None:
 
 
 def cmd_export(args) -> None:
+    define_llama_ops_without_their_library()
     from optimum.exporters.executorch import main_export
 
     import composer.models.optimum  # noqa: F401 - registers the composer recipe
