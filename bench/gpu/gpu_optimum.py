@@ -73,9 +73,12 @@ def define_llama_ops_without_their_library() -> None:
         pass
     if torch.__version__.startswith("2.13"):
         return  # the library loads: ExecuTorch's own import does it
-    library = torch.library.Library("llama", "DEF")
+    # FRAGMENT: another library may hold the llama namespace already (one did on the device).
+    library = torch.library.Library("llama", "FRAGMENT")
     for schema in LLAMA_OP_SCHEMAS:
-        library.define(schema)
+        name, _, overload = schema.split("(", 1)[0].partition(".")
+        if not hasattr(getattr(torch.ops.llama, name, None) or object(), overload or "default"):
+            library.define(schema)
     _KEPT.append(library)  # a Library object unregisters its ops when collected
 
 
