@@ -21,6 +21,7 @@ installed into /tmp/site after ``bench/gpu_setup.sh``. Results: ``OUT/optimum.js
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -111,9 +112,15 @@ def build(name: str, folder: Path) -> None:
 
 def cmd_export(args) -> None:
     define_llama_ops_without_their_library()
-    from optimum.exporters.executorch import main_export
+    # main_export imports every recipe module, and the coreml one needs coremltools, which the
+    # GPU machine lacks: the cuda recipe's module alone (composer's registers itself above).
+    from optimum.exporters.executorch import convert, main_export
 
     import composer.models.optimum  # noqa: F401 - registers the composer recipe
+
+    convert.discover_recipes = lambda: importlib.import_module(
+        "optimum.exporters.executorch.recipes.cuda"
+    )
 
     out = Path(args.out)
     source = out / f"{args.model}_hf"
@@ -134,11 +141,17 @@ def cmd_export(args) -> None:
     emit(out, record)
 
 
-def steps():
+# optimum exports Gemma3 with a static token dimension of one: its prefill is one token a call.
+ONE_TOKEN_A_CALL = {"gemma3"}
+
+
+def steps(model_name: str = "llama"):
     import torch
 
-    prompt = torch.tensor([PROMPT])
-    found = [(prompt, torch.arange(len(PROMPT)))]
+    if model_name in ONE_TOKEN_A_CALL:
+        found = [(torch.tensor([[t]]), torch.tensor([i])) for i, t in enumerate(PROMPT)]
+    else:
+        found = [(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))]
     found += [(torch.tensor([[t]]), torch.tensor([len(PROMPT) + i])) for i, t in enumerate(DECODE)]
     return found
 
@@ -152,7 +165,7 @@ def references(model_name: str, out: Path):
     truth = AutoModelForCausalLM.from_pretrained(out / f"{model_name}_hf").eval().double()
     sequence, found = [], []
     with torch.no_grad():
-        for tokens, _positions in steps():
+        for tokens, _positions in steps(model_name):
             sequence += tokens[0].tolist()
             ids = torch.tensor([sequence])
             found.append((model(ids).logits[:, -1], truth(ids).logits[:, -1]))
@@ -174,8 +187,8 @@ def cmd_run(args) -> None:
             record = {"kind": "run", "model": model_name, "recipe": export["recipe"]}
             try:
                 report = cpp_runtime.run_pte_detailed(
-                    runner, export["pte"], export["ptd"], list(steps()[-1]),
-                    repeats=args.repeats, warmup=10, steps=steps(),
+                    runner, export["pte"], export["ptd"], list(steps(model_name)[-1]),
+                    repeats=args.repeats, warmup=10, steps=steps(model_name),
                 )  # fmt: skip
                 verdicts = []
                 for got, (eager, true) in zip(report["step_outputs"], refs, strict=True):
@@ -194,8 +207,8 @@ def cmd_run(args) -> None:
         first = next((e for e in exports if e["model"] == model_name), None)
         if first is not None and timed:  # A/A: the first program again, as another program
             report = cpp_runtime.run_pte_detailed(
-                runner, first["pte"], first["ptd"], list(steps()[-1]), repeats=args.repeats,
-                warmup=10, steps=steps(),
+                runner, first["pte"], first["ptd"], list(steps(model_name)[-1]),
+                repeats=args.repeats, warmup=10, steps=steps(model_name),
             )  # fmt: skip
             seconds = sorted(report["seconds"])
             emit(out, {"kind": "aa", "model": model_name, "recipe": first["recipe"],
