@@ -468,7 +468,7 @@ def _sweep(args: argparse.Namespace) -> int:
         args.models, args.stacks, results=args.results, html=args.html, golden=args.golden,
         update_golden=args.update_golden, resume=args.resume, workers=args.workers,
         ray=args.ray, bench=args.bench or 0, device_resource=args.device_resource,
-        progress=None if args.quiet else lambda line: print(line, flush=True),
+        placement=args.placement, progress=None if args.quiet else lambda line: print(line, flush=True),
     )  # fmt: skip
     print(summary.describe())
     print(f"results: {args.results}" + (f", table: {args.html}" if args.html else ""))
@@ -540,6 +540,8 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("action", choices=("info", "clear"))
     cache.set_defaults(run=_cache)
 
+    from composer.registry.stack import PLACEMENTS  # as _add_stack_arguments: light to import
+
     sweep = commands.add_parser(
         "sweep", help="compose many models with many stacks: local processes or a Ray cluster"
     )
@@ -562,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --ray: a custom resource every job asks for (device:h100)")  # fmt: skip
     sweep.add_argument("--bench", type=int, nargs="?", const=200, metavar="N",
                        help="time each program (N calls, default 200)")  # fmt: skip
+    sweep.add_argument("--placement", choices=PLACEMENTS, default="priority",
+                       help="each job's placement; measured: its candidates are composed and "
+                       "timed where the job runs (with --device-resource, on that device)")  # fmt: skip
     sweep.add_argument("--quiet", action="store_true", help="no line per job")
     sweep.set_defaults(run=_sweep)
 

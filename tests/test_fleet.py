@@ -101,3 +101,18 @@ def test_a_ray_sweep_whose_worker_node_dies_still_has_one_record_a_job(tmp_path,
     assert summary.ok
     expected = {r["model"]: r["golden"] for r in serial.records}
     assert {r["model"]: r["golden"] for r in records} == expected
+
+
+def test_a_sweep_with_measured_placement_times_each_jobs_candidates_where_it_runs(tmp_path):
+    # Issue 43 item 2: each job's candidates composed and timed by the worker that runs it
+    # (on Ray with --device-resource, the node that has the device); the record says the choice.
+    results = tmp_path / "measured.jsonl"
+    summary = composer.sweep(["zoo:mlp"], ["openvino,xnnpack"], results=results,
+                             placement="measured", workers=1)  # fmt: skip
+    assert summary.ok
+    (record,) = lines(results)
+    assert record["placement"] == "measured"
+    timed = [c for c in record["plan"]["placement"]["candidates"] if c["median_us"] is not None]
+    assert len(timed) >= 2 and record["chose"] == record["plan"]["placement"]["chosen"]
+    with pytest.raises(composer.ComposerError, match="placement 'fastest': one of priority"):
+        composer.sweep(["zoo:mlp"], ["xnnpack"], results=results, placement="fastest")

@@ -18,6 +18,7 @@ import attrs
 
 from composer.contract.errors import ComposerError
 from composer.fleet.jobs import Job, ResultsFile, jobs_of, run_job
+from composer.registry.stack import PLACEMENTS
 from composer.report.golden import describe_golden_diff
 from composer.report.sweep_html import sweep_html
 
@@ -61,6 +62,7 @@ def sweep(
     ray: str | None = None,
     bench: int = 0,
     device_resource: str | None = None,
+    placement: str = "priority",
     progress: Callable[[str], None] | None = None,
 ) -> SweepSummary:
     """Compose every model with every stack, each a job; write one record a job to ``results``
@@ -68,7 +70,11 @@ def sweep(
     ``golden/<job>.json`` (``update_golden``: write them). ``resume``: skip the jobs
     ``results`` already holds. Jobs run in ``workers`` local processes (default: half the
     cores, at least one), or as Ray tasks on the cluster at ``ray`` ("auto" or an address);
-    ``device_resource`` is a custom Ray resource every job asks for (``device:h100``)."""
+    ``device_resource`` is a custom Ray resource every job asks for (``device:h100``).
+    ``placement``: each job's (``"measured"``: its candidates composed and timed on the node
+    that runs the job, so with ``device_resource`` they are timed on that device)."""
+    if placement not in PLACEMENTS:
+        raise ComposerError(f"placement {placement!r}: one of {', '.join(PLACEMENTS)}.")
     say = progress or (lambda line: None)
     jobs = jobs_of(models, stacks)
     file = ResultsFile(results, resume=resume)
@@ -90,14 +96,15 @@ def sweep(
     if todo and ray is not None:
         from composer.fleet.on_ray import run_on_ray
 
-        run_on_ray(todo, ray, bench, done, lambda job: _resources(job, device_resource))
+        run_on_ray(todo, ray, bench, done, lambda job: _resources(job, device_resource),
+                   placement)  # fmt: skip
     elif todo:
         if device_resource is not None:
             raise ComposerError("--device-resource asks Ray for a resource: pass --ray too.")
         processes = workers or max(1, (os.cpu_count() or 2) // 2)
         from composer.fleet.local import run_locally
 
-        run_locally(todo, processes, bench, done)
+        run_locally(todo, processes, bench, done, placement)
     records = tuple(file.of(jobs))
     if html is not None:
         Path(html).write_text(sweep_html(records))

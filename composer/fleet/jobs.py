@@ -62,9 +62,11 @@ def jobs_of(models: Sequence[str], stacks: Sequence[str]) -> list[Job]:
     return [Job(model, ",".join(s.split(","))) for model in dict.fromkeys(named) for s in stacks]
 
 
-def run_job(job: Mapping[str, str], bench: int = 0) -> dict[str, Any]:
-    """Compose ``job`` (``{"model": ..., "stack": ...}``) with its proof, time it with ``bench``
-    calls if asked; the result as a record. Errors are recorded, not raised: a sweep goes on."""
+def run_job(job: Mapping[str, str], bench: int = 0, placement: str = "priority") -> dict[str, Any]:
+    """Compose ``job`` (``{"model": ..., "stack": ...}``) with its proof and ``placement``
+    ("measured": its candidates composed and timed here, where the job runs), time it with
+    ``bench`` calls if asked; the result as a record. Errors are recorded, not raised: a sweep
+    goes on."""
     # ExecuTorch's exir first: its edge dialect parses a YAML file as it is imported, which took
     # 2 to 3 times as long after composer's other modules (in a Ray worker, with Ray's on the
     # heap too): a worker's first job waited about 8 s for its imports on Ray rather than 4, and
@@ -77,11 +79,13 @@ def run_job(job: Mapping[str, str], bench: int = 0) -> dict[str, Any]:
     from composer.report.golden import golden_summary
 
     record: dict[str, Any] = {"model": job["model"], "stack": job["stack"], "ok": False}
+    if placement != "priority":
+        record["placement"] = placement
     record["started"] = round(time.time(), 3)  # epoch seconds: beside its worker's other jobs
     started = time.perf_counter()
     try:
         model, inputs = load_model(job["model"])
-        composition = compose(model, job["stack"], inputs)
+        composition = compose(model, job["stack"], inputs, placement=placement)
         plan = composition.plan
         record.update(
             ok=True,
@@ -91,6 +95,8 @@ def run_job(job: Mapping[str, str], bench: int = 0) -> dict[str, Any]:
             golden=golden_summary(plan),
             plan=plan.to_dict(),
         )
+        if plan.placement is not None:
+            record["chose"] = plan.placement.chosen
         if bench:
             record["latency_us"] = _latency(composition, bench)
     except ComposerError as error:

@@ -12,7 +12,11 @@ from composer.fleet.jobs import Job, run_job
 
 
 def run_locally(
-    jobs: Sequence[Job], workers: int, bench: int, done: Callable[[dict[str, Any]], None]
+    jobs: Sequence[Job],
+    workers: int,
+    bench: int,
+    done: Callable[[dict[str, Any]], None],
+    placement: str = "priority",
 ) -> None:
     """Run ``jobs`` in ``workers`` processes, handing each record to ``done`` as it comes.
     Processes are spawned, not forked: each imports torch and ExecuTorch afresh, as a job on
@@ -20,7 +24,7 @@ def run_locally(
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {
-            pool.submit(run_job, {"model": job.model, "stack": job.stack}, bench): job
+            pool.submit(run_job, {"model": job.model, "stack": job.stack}, bench, placement): job
             for job in jobs
         }
         for future in as_completed(futures):

@@ -33,6 +33,7 @@ def run_on_ray(
     bench: int,
     done: Callable[[dict[str, Any]], None],
     resources: Callable[[Job], Mapping[str, Any]],
+    placement: str = "priority",
 ) -> None:
     """Run ``jobs`` on the Ray cluster at ``address`` ("auto": the one this machine joined),
     handing each record to ``done`` as it comes."""
@@ -53,7 +54,9 @@ def run_on_ray(
             ) from error
     task = ray.remote(max_retries=RETRIES)(run_job)
     pending = {
-        task.options(**resources(job)).remote({"model": job.model, "stack": job.stack}, bench): job
+        task.options(**resources(job)).remote(
+            {"model": job.model, "stack": job.stack}, bench, placement
+        ): job
         for job in jobs
     }
     while pending:
