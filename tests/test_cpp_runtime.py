@@ -101,6 +101,7 @@ def test_a_kv_cache_carries_across_calls_of_one_program_in_executorchs_runtime(t
 VULKAN_RUNNER = os.environ.get("COMPOSER_VULKAN_RUNNER")
 
 
+@pytest.mark.gpu  # on the GPU machine, with NVIDIA's Vulkan driver: -m gpu selects it
 @pytest.mark.skipif(
     not VULKAN_RUNNER,
     reason="needs a runner built with ExecuTorch's Vulkan backend (bench/et_runtime/vulkan) and "
@@ -126,6 +127,7 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
     assert composition.verify().ok
 
 
+@pytest.mark.gpu  # on the GPU machine, with NVIDIA's Vulkan driver: -m gpu selects it
 @pytest.mark.skipif(
     not VULKAN_RUNNER,
     reason="needs a runner built with ExecuTorch's Vulkan backend (bench/et_runtime/vulkan) and "
@@ -148,6 +150,7 @@ def test_measured_placement_times_its_candidates_in_the_runner(monkeypatch, tmp_
     assert f"({cpp_runtime.EXECUTOR})" in composition.plan.proof
 
 
+@pytest.mark.gpu  # on the GPU machine, with NVIDIA's Vulkan driver: -m gpu selects it
 @pytest.mark.skipif(
     not VULKAN_RUNNER,
     reason="needs a runner built with ExecuTorch's Vulkan backend (bench/et_runtime/vulkan) and "
