@@ -114,5 +114,8 @@ def test_a_sweep_with_measured_placement_times_each_jobs_candidates_where_it_run
     assert record["placement"] == "measured"
     timed = [c for c in record["plan"]["placement"]["candidates"] if c["median_us"] is not None]
     assert len(timed) >= 2 and record["chose"] == record["plan"]["placement"]["chosen"]
-    with pytest.raises(composer.ComposerError, match="placement 'fastest': one of priority"):
+    with pytest.raises(
+        composer.ComposerError,
+        match="placement must be one of priority, strict, measured, not 'fastest'",
+    ):
         composer.sweep(["zoo:mlp"], ["xnnpack"], results=results, placement="fastest")

@@ -18,7 +18,7 @@ import attrs
 
 from composer.contract.errors import ComposerError
 from composer.fleet.jobs import Job, ResultsFile, jobs_of, run_job
-from composer.registry.stack import PLACEMENTS
+from composer.registry.stack import check_placement
 from composer.report.golden import describe_golden_diff
 from composer.report.sweep_html import sweep_html
 
@@ -73,8 +73,7 @@ def sweep(
     ``device_resource`` is a custom Ray resource every job asks for (``device:h100``).
     ``placement``: each job's (``"measured"``: its candidates composed and timed on the node
     that runs the job, so with ``device_resource`` they are timed on that device)."""
-    if placement not in PLACEMENTS:
-        raise ComposerError(f"placement {placement!r}: one of {', '.join(PLACEMENTS)}.")
+    check_placement(placement)
     say = progress or (lambda line: None)
     jobs = jobs_of(models, stacks)
     file = ResultsFile(results, resume=resume)

@@ -19,6 +19,14 @@ if TYPE_CHECKING:
 
 
 PLACEMENTS = ("priority", "strict", "measured")
+
+
+def check_placement(placement: str) -> None:
+    """A ComposerError unless ``placement`` is one of :data:`PLACEMENTS` (a Stack's, a sweep's)."""
+    if placement not in PLACEMENTS:
+        raise ComposerError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}.")
+
+
 KEEP_WHOLE = ("priority", "any")
 
 
@@ -110,10 +118,7 @@ class Stack:
                 raise ComposerError(
                     f"min_partition_size for {name!r} must be a whole number >= 1, not {size!r}."
                 )
-        if self.placement not in PLACEMENTS:
-            raise ComposerError(
-                f"placement must be one of {', '.join(PLACEMENTS)}, not {self.placement!r}."
-            )
+        check_placement(self.placement)
         if self.keep_whole not in KEEP_WHOLE:
             raise ComposerError(
                 f"keep_whole must be one of {', '.join(KEEP_WHOLE)}, not {self.keep_whole!r}."
