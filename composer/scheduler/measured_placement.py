@@ -257,11 +257,10 @@ class Placement:
     never: dict[str, tuple[str, ...]] = attrs.field(factory=dict, converter=_pins)  # user's pins
     threads: int | None = None  # XNNPACK's threads in the runtime while measuring
     threads_set: bool = False  # whether the user set them (the config then repeats them)
-    mode: str = "measured"
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "mode": self.mode,
+            "mode": "measured",  # the only mode a plan records a placement for
             "chosen": self.chosen,
             "cached": self.cached,
             "candidates": [c.to_dict() for c in self.candidates],
@@ -292,7 +291,6 @@ class Placement:
             never=data.get("never", {}),
             threads=data.get("threads"),
             threads_set=bool(data.get("threads_set", False)),
-            mode=data.get("mode", "measured"),
         )
 
     def timed_partition(self, unit: str) -> TimedPartition | None:
