@@ -260,7 +260,9 @@ def _run(args: argparse.Namespace) -> int:
     if runner is not None and not runtime_can_run(buffer)[0]:
         # A program the pip runtime cannot run (CUDA delegates): ExecuTorch's own C++ runtime.
         data_files = {p.name: p.read_bytes() for p in data_paths}
-        outputs = cpp_runtime.run_program(runner, buffer, data_files, flat, args.threads)
+        outputs = cpp_runtime.run_program(
+            runner, buffer, data_files, flat, args.threads, method=args.method
+        )
         print(f"executor: {cpp_runtime.EXECUTOR} ({runner})")
     else:
         loaded = LoadedProgram(buffer, args.method)
@@ -279,7 +281,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.bench and loaded is not None:
         _print_program_latency(buffer, loaded, eager, inputs, args.bench)
     elif args.bench:
-        _print_runner_latency(runner, program, data_paths, flat, args.bench, args.threads)
+        _print_runner_latency(
+            runner, program, data_paths, flat, args.bench, args.threads, args.method
+        )
     if eager is None:
         return 0
     from composer.run.accuracy import eager_in_precision, judge, truth
@@ -303,7 +307,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _print_runner_latency(runner, program, data_paths, inputs, runs: int, threads) -> None:
+def _print_runner_latency(
+    runner, program, data_paths, inputs, runs: int, threads, method: str
+) -> None:
     """Latency of ``program`` in ExecuTorch's C++ runtime: ``runs`` calls after 10, timed in
     the runner around each call and a device synchronization, in one loaded program."""
     import statistics
@@ -312,8 +318,9 @@ def _print_runner_latency(runner, program, data_paths, inputs, runs: int, thread
 
     try:
         _, seconds = cpp_runtime.run_pte(
-            runner, program, data_paths, inputs, repeats=runs, warmup=10, threads=threads
-        )
+            runner, program, data_paths, inputs, repeats=runs, warmup=10, threads=threads,
+            method=method,
+        )  # fmt: skip
     except cpp_runtime.RunnerError as error:
         raise ComposerError(f"{cpp_runtime.EXECUTOR} ({runner}) failed: {error}") from error
     us = sorted(s * 1e6 for s in seconds)

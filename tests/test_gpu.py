@@ -218,3 +218,32 @@ def test_export_llamas_dynamic_bf16_decoder_decodes_with_cuda_in_executorchs_run
                 f"{cpp_runtime.EXECUTOR}, step of {step[0].shape[1]} token(s): {verdict.describe()}"
             )
             assert verdict.ok, verdict.describe()
+
+
+@pytest.mark.skipif(
+    not ET_RUNNER,
+    reason="needs ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), named by "
+    "$COMPOSER_ET_RUNNER",
+)
+def test_a_program_of_methods_without_forward_is_proven_method_by_method_in_the_runner(
+    tmp_path, capsys, monkeypatch
+):
+    # optimum's Whisper writes "encoder" and "text_decoder" and no "forward": the runner must
+    # be asked for each method by name (it said "No method named 'forward' in program").
+    from composer.cli import main
+    from composer.run import cpp_runtime
+
+    monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, ET_RUNNER)
+    encoder, head = zoo.load("transformer_block"), zoo.load("mlp")
+    composition = composer.compose({"encoder": encoder, "head": head}, "cuda", cache=False)
+    for name in ("encoder", "head"):
+        assert f"({cpp_runtime.EXECUTOR}): rmse" in composition.plans[name].proof, name
+        result = composition.verify(name)
+        assert result.executor == cpp_runtime.EXECUTOR and result.ok, (name, str(result))
+    composition.save(tmp_path / "m.pte")
+    assert main(["run", str(tmp_path / "m.pte"), "--method", "head", "--compare", "zoo:mlp",
+                 "--bench", "5"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert f"executor: {cpp_runtime.EXECUTOR}" in out
+    assert "compare with zoo:mlp: OK" in out
+    assert f"latency in the {cpp_runtime.EXECUTOR}, 5 calls" in out

@@ -217,8 +217,9 @@ class RunnerProgram:
         buffer: bytes,
         data_files: Mapping[str, bytes],
         threads: int | None = None,
+        method: str = "forward",
     ) -> None:
-        self.runner, self.threads = runner, threads
+        self.runner, self.threads, self.method = runner, threads, method
         self._folder = tempfile.TemporaryDirectory(prefix="composer_pte_")
         self.pte = os.path.join(self._folder.name, "program.pte")
         with open(self.pte, "wb") as out:
@@ -233,7 +234,8 @@ class RunnerProgram:
         """:func:`run_pte_detailed` of this program; a ComposerError where the runner fails."""
         try:
             return run_pte_detailed(self.runner, self.pte, self.data_files, list(inputs),
-                                    repeats=repeats, warmup=warmup, threads=self.threads)  # fmt: skip
+                                    repeats=repeats, warmup=warmup, threads=self.threads,
+                                    method=self.method)  # fmt: skip
         except RunnerError as error:
             raise ComposerError(f"{EXECUTOR} ({self.runner}) failed: {error}") from error
 
@@ -251,10 +253,12 @@ def run_program(
     data_files: Mapping[str, bytes],
     inputs: Sequence[torch.Tensor],
     threads: int | None = None,
+    method: str = "forward",
 ) -> list[torch.Tensor | None]:
-    """The outputs of one call of ``buffer`` (with its .ptd ``data_files``) in the runner, from
-    a freshly loaded program (state it keeps starts as written); ``threads``: XNNPACK's."""
-    program = RunnerProgram(runner, buffer, data_files, threads)
+    """The outputs of one call of ``method`` of ``buffer`` (with its .ptd ``data_files``) in the
+    runner, from a freshly loaded program (state it keeps starts as written); ``threads``:
+    XNNPACK's."""
+    program = RunnerProgram(runner, buffer, data_files, threads, method)
     try:
         return program.run(inputs)
     finally:

@@ -123,8 +123,9 @@ def eager_outputs(composition: Checkable, inputs: Sequence[Any]) -> Any:
 def _executor(composition: Checkable):
     """(executor name, why it was chosen, a function running the program on inputs)."""
     can_run, reason = runtime_can_run(composition.buffer)
+    # One method of a program of several (composer.pipeline.methods) says which.
+    method = getattr(composition, "method", "forward")
     if can_run:
-        method = getattr(composition, "method", "forward")
         return (
             RUNTIME,
             reason,
@@ -139,7 +140,11 @@ def _executor(composition: Checkable):
             cpp_runtime.EXECUTOR,
             why,
             lambda inputs: cpp_runtime.run_program(
-                runner, composition.buffer, composition.data_files, flat_inputs(inputs)
+                runner,
+                composition.buffer,
+                composition.data_files,
+                flat_inputs(inputs),
+                method=method,
             ),
         )
     if has_cuda or torch_mismatch():
