@@ -7,9 +7,15 @@ last-token logits judged as composer's proof judges (``composer.run.accuracy.jud
 the model in fp64, beside eager fp32, each run on the whole sequence so far without a cache),
 and a decode call timed (``--repeats`` calls, with an A/A: the first program timed again).
 
+A model is ``NAME`` (fp32) or ``NAME@bf16`` (optimum's ``dtype="bfloat16"``, where its own
+``cuda`` recipe runs: the pair the tier's speed line needs). ``whisper`` is an encoder-decoder
+(optimum's ``automatic-speech-recognition`` task: methods ``encoder`` and ``text_decoder``): its
+encoder runs once on 2 s of random log-mel features, then the decoder steps on the program's own
+encoder output, each step's logits judged against the whole model in fp64 on the same features.
+
 Subcommands (``device`` is the one device command; ``export`` what it runs, a process each):
 
-    python3 bench/gpu/gpu_optimum.py device --out $OUT/optimum --models llama,gemma3
+    python3 bench/gpu/gpu_optimum.py device --out $OUT/optimum --models llama,gemma3@bf16,whisper
     python3 bench/gpu/gpu_optimum.py export --model llama --recipe composer:xnnpack,cuda --out DIR
 
 optimum-executorch 1.1.0 pins transformers 5.0.0rc1: the device carries ``.whl-optimum/``
@@ -92,9 +98,27 @@ def emit(out: Path, record: dict) -> None:
     print(json.dumps(record, default=str)[:1500], flush=True)
 
 
+DTYPES = {"": "float32", "bf16": "bfloat16"}
+TASKS = {"whisper": "automatic-speech-recognition"}  # the others: text-generation
+
+
+def spec(model: str) -> tuple[str, str]:
+    """(name, optimum's dtype) of ``NAME`` or ``NAME@bf16``."""
+    name, _, dtype = model.partition("@")
+    return name, DTYPES[dtype]
+
+
+def slug(text: str) -> str:
+    """``text`` (a model or recipe) as a file name."""
+    return text.replace("@", "_").replace(":", "_").replace(",", "_")
+
+
 def build(name: str, folder: Path) -> None:
     import torch
     import transformers
+
+    if name == "whisper":
+        return build_whisper(folder)
 
     small = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -110,6 +134,27 @@ def build(name: str, folder: Path) -> None:
     model.save_pretrained(folder)
 
 
+def build_whisper(folder: Path) -> None:
+    """A small Whisper (2+2 layers, d 64, 80 mel bins, 2 s of audio: 200 frames) with the
+    processor optimum reads the encoder's input shape from (a byte-level tokenizer, no merges)."""
+    import torch
+    import transformers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(
+        vocab_size=512, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=80,
+        max_source_positions=100, max_target_positions=64, decoder_start_token_id=1,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    transformers.WhisperForConditionalGeneration(config).save_pretrained(folder)
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}
+    tokenizer = transformers.WhisperTokenizer(vocab=vocab, merges=[])
+    features = transformers.WhisperFeatureExtractor(feature_size=80, chunk_length=2)
+    transformers.WhisperProcessor(features, tokenizer).save_pretrained(folder)
+
+
 def cmd_export(args) -> None:
     define_llama_ops_without_their_library()
     # main_export imports every recipe module, and the coreml one needs coremltools, which the
@@ -123,15 +168,16 @@ def cmd_export(args) -> None:
     )
 
     out = Path(args.out)
-    source = out / f"{args.model}_hf"
+    name, dtype = spec(args.model)
+    source = out / f"{name}_hf"
     recipe, _, backends = args.recipe.partition(":")
     kwargs = {"backends": backends} if backends else {}
-    target = out / f"{args.model}_{args.recipe.replace(':', '_').replace(',', '_')}"
+    target = out / f"{slug(args.model)}_{slug(args.recipe)}"
     record = {"kind": "export", "model": args.model, "recipe": args.recipe}
     started = time.perf_counter()
     try:
-        main_export(str(source), task="text-generation", recipe=recipe, output_dir=str(target),
-                    recipe_kwargs=kwargs, max_seq_len=64)  # fmt: skip
+        main_export(str(source), task=TASKS.get(name, "text-generation"), recipe=recipe,
+                    output_dir=str(target), recipe_kwargs=kwargs, max_seq_len=64, dtype=dtype)  # fmt: skip
         record.update(ok=True, pte=str(target / "model.pte"),
                       ptd=[str(p) for p in sorted(target.glob("*.ptd"))])  # fmt: skip
     except Exception as error:  # noqa: BLE001 - a failed export is a result
@@ -143,12 +189,18 @@ def cmd_export(args) -> None:
 
 # optimum exports Gemma3 with a static token dimension of one: its prefill is one token a call.
 ONE_TOKEN_A_CALL = {"gemma3"}
+WHISPER_START = 1  # the config's decoder_start_token_id
 
 
-def steps(model_name: str = "llama"):
+def steps(model: str = "llama"):
+    """The decoder's inputs, call by call (Whisper's without the encoder's output)."""
     import torch
 
-    if model_name in ONE_TOKEN_A_CALL:
+    name, _ = spec(model)
+    if name == "whisper":
+        tokens = [WHISPER_START, *DECODE]
+        return [(torch.tensor([[t]]), torch.tensor([i])) for i, t in enumerate(tokens)]
+    if name in ONE_TOKEN_A_CALL:
         found = [(torch.tensor([[t]]), torch.tensor([i])) for i, t in enumerate(PROMPT)]
     else:
         found = [(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))]
@@ -156,20 +208,68 @@ def steps(model_name: str = "llama"):
     return found
 
 
-def references(model_name: str, out: Path):
-    """Per step: (eager fp32, fp64) last-token logits, each from the whole sequence so far."""
+def whisper_features(dtype):
     import torch
-    from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(out / f"{model_name}_hf").eval()
-    truth = AutoModelForCausalLM.from_pretrained(out / f"{model_name}_hf").eval().double()
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(1, 80, 200, generator=generator).to(dtype)
+
+
+def references(model: str, out: Path):
+    """Per step: (eager in the model's dtype, fp64) last-token logits, each from the whole
+    sequence so far (Whisper's: its encoder on the features, then its decoder on the tokens so
+    far); for Whisper also the encoder's output first."""
+    import torch
+    from transformers import AutoModelForCausalLM, WhisperForConditionalGeneration
+
+    name, dtype = spec(model)
+    dtype = getattr(torch, dtype)
+    loader = WhisperForConditionalGeneration if name == "whisper" else AutoModelForCausalLM
+    eager = loader.from_pretrained(out / f"{name}_hf").eval().to(dtype)
+    truth = loader.from_pretrained(out / f"{name}_hf").eval().double()
     sequence, found = [], []
     with torch.no_grad():
-        for tokens, _positions in steps(model_name):
+        if name == "whisper":
+            features = whisper_features(dtype)
+            found.append((eager.model.encoder(features).last_hidden_state,
+                          truth.model.encoder(features.double()).last_hidden_state))  # fmt: skip
+        for tokens, _positions in steps(model):
             sequence += tokens[0].tolist()
             ids = torch.tensor([sequence])
-            found.append((model(ids).logits[:, -1], truth(ids).logits[:, -1]))
+            if name == "whisper":
+                pair = (eager(input_features=features, decoder_input_ids=ids).logits,
+                        truth(input_features=features.double(), decoder_input_ids=ids).logits)  # fmt: skip
+            else:
+                pair = (eager(ids).logits, truth(ids).logits)
+            found.append(tuple(logits[:, -1] for logits in pair))
     return found
+
+
+def run_program(runner: str, export: dict, model: str, repeats: int):
+    """(every output judged, in step order; the decode call's median seconds) of an export's
+    program in the runner: Whisper's encoder once, then its decoder on that encoder's output."""
+    import torch
+
+    from composer.run import cpp_runtime
+
+    name, dtype = spec(model)
+    decoder_steps = list(steps(model))
+    method, outputs = "forward", []
+    if name == "whisper":
+        method = "text_decoder"
+        features = whisper_features(getattr(torch, dtype))
+        encoded = cpp_runtime.run_pte_detailed(runner, export["pte"], export["ptd"], [features],
+                                               repeats=1, warmup=0, method="encoder")["outputs"][0]  # fmt: skip
+        outputs.append(encoded)
+        decoder_steps = [(tokens, encoded, position) for tokens, position in decoder_steps]
+    report = cpp_runtime.run_pte_detailed(
+        runner, export["pte"], export["ptd"], list(decoder_steps[-1]), repeats=repeats,
+        warmup=10, steps=decoder_steps, method=method,
+    )  # fmt: skip
+    for got in report["step_outputs"]:
+        outputs.append(got[0][:, -1] if got[0].dim() == 3 else got[0])
+    seconds = sorted(report["seconds"])
+    return outputs, seconds[len(seconds) // 2]
 
 
 def cmd_run(args) -> None:
@@ -180,51 +280,40 @@ def cmd_run(args) -> None:
     runner = os.environ[cpp_runtime.RUNNER_VARIABLE]
     exports = [json.loads(line) for line in (out / "optimum.jsonl").read_text().splitlines()]
     exports = [e for e in exports if e.get("kind") == "export" and e.get("ok")]
-    for model_name in sorted({e["model"] for e in exports}):
-        refs = references(model_name, out)
+    for model in sorted({e["model"] for e in exports}):
+        refs = references(model, out)
         timed = {}
-        for export in [e for e in exports if e["model"] == model_name]:
-            record = {"kind": "run", "model": model_name, "recipe": export["recipe"]}
+        for export in [e for e in exports if e["model"] == model]:
+            record = {"kind": "run", "model": model, "recipe": export["recipe"]}
             try:
-                report = cpp_runtime.run_pte_detailed(
-                    runner, export["pte"], export["ptd"], list(steps(model_name)[-1]),
-                    repeats=args.repeats, warmup=10, steps=steps(model_name),
-                )  # fmt: skip
-                verdicts = []
-                for got, (eager, true) in zip(report["step_outputs"], refs, strict=True):
-                    last = got[0][:, -1] if got[0].dim() == 3 else got[0]
-                    verdicts.append(judge(last.float(), eager, true))
-                seconds = sorted(report["seconds"])
-                median_us = 1e6 * seconds[len(seconds) // 2]
-                timed[export["recipe"]] = median_us
+                outputs, median_s = run_program(runner, export, model, args.repeats)
+                verdicts = [judge(got, eager, true)
+                            for got, (eager, true) in zip(outputs, refs, strict=True)]  # fmt: skip
+                timed[export["recipe"]] = 1e6 * median_s
                 record.update(ok=all(v.ok for v in verdicts),
                               steps=[v.describe() for v in verdicts],
-                              decode_median_us=round(median_us, 1),
-                              tokens_per_s=round(1e6 / median_us, 1))  # fmt: skip
+                              decode_median_us=round(1e6 * median_s, 1),
+                              tokens_per_s=round(1 / median_s, 1))  # fmt: skip
             except Exception as error:  # noqa: BLE001 - a program that fails to run is a result
                 record.update(ok=False, error=f"{type(error).__name__}: {error}"[:3000])
             emit(out, record)
-        first = next((e for e in exports if e["model"] == model_name), None)
+        first = next((e for e in exports if e["model"] == model), None)
         if first is not None and timed:  # A/A: the first program again, as another program
-            report = cpp_runtime.run_pte_detailed(
-                runner, first["pte"], first["ptd"], list(steps(model_name)[-1]),
-                repeats=args.repeats, warmup=10, steps=steps(model_name),
-            )  # fmt: skip
-            seconds = sorted(report["seconds"])
-            emit(out, {"kind": "aa", "model": model_name, "recipe": first["recipe"],
-                       "decode_median_us": round(1e6 * seconds[len(seconds) // 2], 1)})  # fmt: skip
+            _, median_s = run_program(runner, first, model, args.repeats)
+            emit(out, {"kind": "aa", "model": model, "recipe": first["recipe"],
+                       "decode_median_us": round(1e6 * median_s, 1)})  # fmt: skip
 
 
 def cmd_device(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, str(Path(__file__).resolve())]
-    for name in args.models.split(","):
+    for name in sorted({spec(model)[0] for model in args.models.split(",")}):
         build(name, out / f"{name}_hf")
     procs = []
     for name in args.models.split(","):
         for recipe in args.recipes.split(";"):
-            log = open(out / f"export_{name}_{recipe.replace(':', '_').replace(',', '_')}.log", "w")  # noqa: SIM115
+            log = open(out / f"export_{slug(name)}_{slug(recipe)}.log", "w")  # noqa: SIM115
             procs.append(subprocess.Popen(me + ["export", "--model", name, "--recipe", recipe,
                                                 "--out", str(out)], stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
     deadline = time.time() + args.limit
