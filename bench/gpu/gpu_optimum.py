@@ -30,6 +30,7 @@ import argparse
 import importlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -273,6 +274,9 @@ def run_program(runner: str, export: dict, model: str, repeats: int):
 
 
 def cmd_run(args) -> None:
+    """Every export's program run and judged once, then its decode call timed in ``--rounds``
+    rounds that take turns (the median of each round's calls; the median of those), with the
+    model's first program timed a second time as if it were another (the A/A)."""
     from composer.run import cpp_runtime
     from composer.run.accuracy import judge
 
@@ -282,26 +286,32 @@ def cmd_run(args) -> None:
     exports = [e for e in exports if e.get("kind") == "export" and e.get("ok")]
     for model in sorted({e["model"] for e in exports}):
         refs = references(model, out)
-        timed = {}
+        ran = []
         for export in [e for e in exports if e["model"] == model]:
             record = {"kind": "run", "model": model, "recipe": export["recipe"]}
             try:
-                outputs, median_s = run_program(runner, export, model, args.repeats)
+                outputs, _ = run_program(runner, export, model, 1)
                 verdicts = [judge(got, eager, true)
                             for got, (eager, true) in zip(outputs, refs, strict=True)]  # fmt: skip
-                timed[export["recipe"]] = 1e6 * median_s
                 record.update(ok=all(v.ok for v in verdicts),
-                              steps=[v.describe() for v in verdicts],
-                              decode_median_us=round(1e6 * median_s, 1),
-                              tokens_per_s=round(1 / median_s, 1))  # fmt: skip
+                              steps=[v.describe() for v in verdicts])  # fmt: skip
+                ran.append(export)
             except Exception as error:  # noqa: BLE001 - a program that fails to run is a result
                 record.update(ok=False, error=f"{type(error).__name__}: {error}"[:3000])
             emit(out, record)
-        first = next((e for e in exports if e["model"] == model), None)
-        if first is not None and timed:  # A/A: the first program again, as another program
-            _, median_s = run_program(runner, first, model, args.repeats)
-            emit(out, {"kind": "aa", "model": model, "recipe": first["recipe"],
-                       "decode_median_us": round(1e6 * median_s, 1)})  # fmt: skip
+        timed = [(e["recipe"], e) for e in ran] + [(f"{ran[0]['recipe']} (A/A)", ran[0])] * bool(
+            ran
+        )
+        rounds: dict[str, list[float]] = {label: [] for label, _ in timed}
+        for _ in range(args.rounds):
+            for label, export in timed:
+                rounds[label].append(run_program(runner, export, model, args.repeats)[1])
+        for label, medians in rounds.items():
+            median_s = statistics.median(medians)
+            emit(out, {"kind": "time", "model": model, "recipe": label,
+                       "decode_median_us": round(1e6 * median_s, 1),
+                       "tokens_per_s": round(1 / median_s, 1),
+                       "round_medians_us": [round(1e6 * m, 1) for m in medians]})  # fmt: skip
 
 
 def cmd_device(args) -> None:
@@ -310,19 +320,23 @@ def cmd_device(args) -> None:
     me = [sys.executable, str(Path(__file__).resolve())]
     for name in sorted({spec(model)[0] for model in args.models.split(",")}):
         build(name, out / f"{name}_hf")
-    procs = []
-    for name in args.models.split(","):
-        for recipe in args.recipes.split(";"):
+    # --parallel 1 for compose times that compare (plain against composer, one at a time).
+    waiting = [
+        (name, recipe) for name in args.models.split(",") for recipe in args.recipes.split(";")
+    ]
+    deadline, running = time.time() + args.limit, []
+    while (waiting or running) and time.time() < deadline:
+        running = [proc for proc in running if proc.poll() is None]
+        while waiting and len(running) < args.parallel:
+            name, recipe = waiting.pop(0)
             log = open(out / f"export_{slug(name)}_{slug(recipe)}.log", "w")  # noqa: SIM115
-            procs.append(subprocess.Popen(me + ["export", "--model", name, "--recipe", recipe,
-                                                "--out", str(out)], stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
-    deadline = time.time() + args.limit
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(deadline - time.time(), 1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    subprocess.run(me + ["run", "--out", str(out), "--repeats", str(args.repeats)], check=False)
+            running.append(subprocess.Popen(me + ["export", "--model", name, "--recipe", recipe,
+                                                  "--out", str(out)], stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
+        time.sleep(1)
+    for proc in running:
+        proc.kill()
+    subprocess.run(me + ["run", "--out", str(out), "--repeats", str(args.repeats),
+                         "--rounds", str(args.rounds)], check=False)  # fmt: skip
 
 
 def main() -> None:
@@ -334,7 +348,9 @@ def main() -> None:
     p.add_argument("--models", default="llama,gemma3")
     p.add_argument("--recipes", default=";".join(RECIPES))
     p.add_argument("--limit", type=float, default=380, help="seconds for the exports")
+    p.add_argument("--parallel", type=int, default=16, help="exports at once")
     p.add_argument("--repeats", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=3)
     p = sub.add_parser("export")
     p.add_argument("--model", required=True)
     p.add_argument("--recipe", required=True)
@@ -342,6 +358,7 @@ def main() -> None:
     p = sub.add_parser("run")
     p.add_argument("--out", required=True)
     p.add_argument("--repeats", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     {"device": cmd_device, "export": cmd_export, "run": cmd_run}[args.command](args)
 
