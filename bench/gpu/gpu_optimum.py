@@ -177,10 +177,19 @@ def cmd_export(args) -> None:
     record = {"kind": "export", "model": args.model, "recipe": args.recipe}
     started = time.perf_counter()
     try:
-        main_export(str(source), task=TASKS.get(name, "text-generation"), recipe=recipe,
-                    output_dir=str(target), recipe_kwargs=kwargs, max_seq_len=64, dtype=dtype)  # fmt: skip
+        written = main_export(str(source), task=TASKS.get(name, "text-generation"), recipe=recipe,
+                              output_dir=str(target), recipe_kwargs=kwargs, max_seq_len=64,
+                              dtype=dtype)  # fmt: skip
         record.update(ok=True, pte=str(target / "model.pte"),
                       ptd=[str(p) for p in sorted(target.glob("*.ptd"))])  # fmt: skip
+        composition = getattr(written["model"], "composition", None)  # composer's recipe
+        if composition is not None:
+            record["methods"] = {
+                method: {"proof": plan.proof, "delegates": plan.delegate_calls,
+                         "repairs": [f"{r.partition}: {r.why[:300]} -> "
+                                     f"{r.options or r.moved_to}" for r in plan.repairs]}
+                for method, plan in composition.plans.items()
+            }  # fmt: skip
     except Exception as error:  # noqa: BLE001 - a failed export is a result
         record.update(ok=False, error=f"{type(error).__name__}: {error}"[:3000],
                       trace=traceback.format_exc()[-3000:])  # fmt: skip
