@@ -197,6 +197,40 @@ def test_transposed_convolutions_go_to_the_next_backend():
     assert reasons == ["AOTInductor has no Triton template for a transposed convolution"] * 2
 
 
+class _Conv1dThenLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(8, 16, 3, padding=1)
+        self.linear = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.linear(nn.functional.gelu(self.conv(x)).transpose(1, 2))
+
+
+def test_cuda_gets_a_conv1d_whole_for_its_backend_to_rewrite_as_2d():
+    """Decomposed, conv1d reached AOTInductor as a 1-D convolution, for which its Triton
+    templates have nothing: optimum's Whisper encoder failed to lower ("NoValidChoicesError"),
+    and 117 of its nodes went to portable kernels. CudaBackend rewrites aten.conv1d as a 2-D
+    convolution itself; an XNNPACK listed first still takes the convolution."""
+    model, inputs = _Conv1dThenLinear().eval(), (torch.randn(1, 8, 20),)
+    alone = composer.plan(model, ["cuda"], inputs, cache=False)
+    assert alone.ops_on("cuda")["aten.conv1d.default"] == 1
+    assert not alone.nodes_on("portable")
+    first = composer.plan(model, ["xnnpack", "cuda"], inputs, cache=False)
+    assert first.ops_on("xnnpack")["aten.convolution.default"] == 1
+
+
+def test_a_1d_convolution_that_reached_the_edge_dialect_stays_off_cuda():
+    exported = torch.export.export(_Conv1dThenLinear().eval(), (torch.randn(1, 8, 20),))
+    exported = exported.run_decompositions()  # conv1d is aten.convolution from here on
+    plan = composer.plan(exported, ["cuda"], cache=False)
+    reasons = [dict(f.reasons)["cuda"] for f in plan.fallbacks]
+    assert reasons == [
+        "AOTInductor's Triton convolution templates are 2-D; ExecuTorch's CUDA backend compiles "
+        "a 1-D convolution only as aten.conv1d, which it rewrites as a 2-D one"
+    ]
+
+
 def test_the_cuda_support_check_leaves_a_dynamic_programs_sizes_symbolic():
     """Tracing an op on meta tensors to see what Inductor makes of it read each symbolic size
     with int(), which specializes it in the program's ShapeEnv: export_llama's dynamic decoder

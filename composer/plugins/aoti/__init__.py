@@ -279,6 +279,11 @@ class AotiPlugin(BackendPlugin):
 
     # --- shared -----------------------------------------------------------------------
 
+    def own_decompositions(self) -> frozenset:
+        """The ops the backend's own preprocess decomposes (its ``get_decomposition_table``),
+        so must receive whole."""
+        return _own_decompositions(self.backend_class)
+
     def supported_fallback_kernels(self) -> frozenset[str]:
         # Not a cached_property: pluggy reads every attribute of a plugin as it registers it,
         # and this one imports ExecuTorch's backend, which a cache hit does without.
@@ -305,7 +310,11 @@ class AotiPlugin(BackendPlugin):
         # Ops of sizes (sym_size, _assert_scalar on a dynamic program) have no decomposition
         # to keep them from: listed, an undelegated one would fail ExecuTorch's check that
         # every op kept whole was delegated.
+        # An alias the backend rewrites itself before compiling stays whole for it (CUDA's
+        # conv1d, as a 2-D convolution: Triton's templates are 2-D); a backend ahead of this
+        # one that takes its pieces still gets them (composer.scheduler.pieces).
         support = AotiOperatorSupport(self, self.checked_options(options))
+        own = self.own_decompositions()
         keep: dict[torch._ops.OpOverload, bool] = {}
         for node in program.graph.nodes:
             if (
@@ -313,7 +322,9 @@ class AotiPlugin(BackendPlugin):
                 and isinstance(node.target, torch._ops.OpOverload)
                 and _computes_tensors(node)
             ):
-                ok = support.reason_unsupported(node) is None and not is_core_alias(node)
+                ok = support.reason_unsupported(node) is None and (
+                    node.target in own or not is_core_alias(node)
+                )
                 keep[node.target] = keep.get(node.target, True) and ok
         return [op for op, ok in keep.items() if ok]
 
@@ -330,6 +341,14 @@ def _computes_tensors(node: torch.fx.Node) -> bool:
     value = node.meta.get("val")
     values = value if isinstance(value, list | tuple) else [value]
     return any(isinstance(v, torch.Tensor) for v in values)
+
+
+@functools.cache
+def _own_decompositions(backend_class: Callable[[], type]) -> frozenset:
+    try:
+        return frozenset(backend_class().get_decomposition_table())
+    except ImportError:  # the backend's module cannot import here
+        return frozenset()
 
 
 @functools.cache

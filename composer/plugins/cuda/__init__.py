@@ -134,7 +134,23 @@ class CudaPlugin(AotiPlugin):
             # Inductor has no Triton template for them, and CudaBackend allows Triton conv
             # templates only: "NoValidChoicesError: No choices to select" (zoo unet, H100).
             return "AOTInductor has no Triton template for a transposed convolution"
+        if _is_1d_convolution(op, node) and self.uses_triton_templates(options):
+            # The same error for a 1-D one (optimum's Whisper encoder, H200). CudaBackend
+            # rewrites aten.conv1d as a 2-D convolution of height 1 before compiling; composer
+            # keeps conv1d whole for it (own_decompositions), so only a 1-D convolution that
+            # reached the edge dialect as one gets here.
+            return (
+                "AOTInductor's Triton convolution templates are 2-D; ExecuTorch's CUDA backend "
+                "compiles a 1-D convolution only as aten.conv1d, which it rewrites as a 2-D one"
+            )
         return False
+
+
+def _is_1d_convolution(op, node) -> bool:
+    if op is not torch.ops.aten.convolution.default:
+        return False
+    value = getattr(node.args[0], "meta", {}).get("val")
+    return isinstance(value, torch.Tensor) and value.dim() == 3
 
 
 def _is_transposed_convolution(op, node) -> bool:
