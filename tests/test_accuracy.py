@@ -249,3 +249,17 @@ def test_the_truth_of_an_exported_graph_that_names_its_dtype_is_still_float64():
     assert name == "fp64" and true.dtype == torch.float64
     expected = x.double() / 3 + torch.arange(5, dtype=torch.float64) / 7
     assert torch.equal(true, expected)
+
+
+class TakesKeywords(torch.nn.Module):
+    def forward(self, *, x):
+        return WritesItsDtype()(x)
+
+
+def test_a_program_exported_with_keyword_inputs_is_judged_against_float64():
+    # optimum exports its decoders with keyword inputs (input_ids=, cache_position=): their
+    # graph sits in a wrapper taking the leaves, and its written dtypes were left as float32,
+    # so the fp64 copy failed ("Tensor dtype mismatch") and the proof held them to eager.
+    program = torch.export.export(TakesKeywords(), (), {"x": torch.randn(2, 5)})
+    composition = composer.compose(program, "xnnpack", cache=False)
+    assert "against fp64" in composition.plan.proof, composition.plan.proof

@@ -225,10 +225,11 @@ def test_a_1d_convolution_that_reached_the_edge_dialect_stays_off_cuda():
     exported = exported.run_decompositions()  # conv1d is aten.convolution from here on
     plan = composer.plan(exported, ["cuda"], cache=False)
     reasons = [dict(f.reasons)["cuda"] for f in plan.fallbacks]
-    assert reasons == [
+    why = (
         "AOTInductor's Triton convolution templates are 2-D; ExecuTorch's CUDA backend compiles "
         "a 1-D convolution only as aten.conv1d, which it rewrites as a 2-D one"
-    ]
+    )
+    assert reasons == [why]
 
 
 def test_the_cuda_support_check_leaves_a_dynamic_programs_sizes_symbolic():

@@ -228,8 +228,11 @@ def copy_in_precision(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.M
     ``None`` where it cannot be made."""
     try:
         copied = copy.deepcopy(module)
-        if isinstance(copied, torch.fx.GraphModule):
-            _dtypes_written_as(copied, dtype)
+        # An exported graph may sit inside a wrapper (a method with keyword inputs is called
+        # through KeywordsFlattened): optimum's decoders were held to eager for want of this.
+        for graph_module in copied.modules():
+            if isinstance(graph_module, torch.fx.GraphModule):
+                _dtypes_written_as(graph_module, dtype)
         with torch.no_grad():
             for tensor in (*copied.parameters(), *copied.buffers()):
                 if tensor.is_floating_point():
