@@ -20,7 +20,8 @@ with those backends' own partitioners in that order (``plain:vulkan,xnnpack``:
 ``[VulkanPartitioner(), XnnpackPartitioner()]``, as ExecuTorch's LLM export stacks ``-V -X``),
 written as is (no proof); its first run in the runner is compared with eager and recorded.
 
-Models: zoo names (``composer.models.zoo``) and bench/gpu/gpu_mix.py's models built to mix (``cell``,
+Models: ``corpus:NAME`` (``composer.models.corpus``: torchvision, timm, transformers), zoo
+names (``composer.models.zoo``) and bench/gpu/gpu_mix.py's models built to mix (``cell``,
 ``rnn64``, ``segmenter``, ``hybrid``), as bench/gpu/gpu_placement.py loads them. Results: one JSON
 object a line in ``OUT/wins.jsonl``; the table on stdout.
 """
@@ -58,6 +59,10 @@ def runner_for(stack: str) -> str:
 
 
 def load(name: str):
+    if name.startswith("corpus:"):  # a model nobody here wrote (composer.models.corpus)
+        from composer.models import corpus
+
+        return corpus.load(name.removeprefix("corpus:"))
     if name == "hybrid":
         import torch
         from gpu_mix import ConvStemTransformer
