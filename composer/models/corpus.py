@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import attrs
 import torch
@@ -110,8 +112,23 @@ _TORCHVISION_SCHEMAS = (
 _torchvision_library: list[torch.library.Library] = []  # kept alive: dropping it undefines
 
 
+def _load_torchvisions_own_ops() -> None:
+    """torchvision's native library, where it loads beside this torch: defining its schemas
+    first and loading it after aborts the process (the GPU machine's torchvision 0.26 with
+    torch 2.11). Where it does not load (a torchvision built for another torch or CUDA),
+    composer defines the schemas below."""
+    spec = importlib.util.find_spec("torchvision")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        for library in sorted(Path(folder).glob("_C*.so")):
+            try:
+                torch.ops.load_library(str(library))
+            except (OSError, RuntimeError):
+                pass
+
+
 def _define_torchvision_ops() -> None:
     """Define each ``torchvision::`` op schema that nothing has defined yet."""
+    _load_torchvisions_own_ops()
     missing = []
     for schema in _TORCHVISION_SCHEMAS:
         name = schema.split("(", 1)[0]
