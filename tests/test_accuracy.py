@@ -263,3 +263,29 @@ def test_a_program_exported_with_keyword_inputs_is_judged_against_float64():
     program = torch.export.export(TakesKeywords(), (), {"x": torch.randn(2, 5)})
     composition = composer.compose(program, "xnnpack", cache=False)
     assert "against fp64" in composition.plan.proof, composition.plan.proof
+
+
+class Bf16Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(256, 256) for _ in range(4))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.nn.functional.gelu(layer(x))
+        return x
+
+
+def test_a_program_whose_error_is_outside_every_delegate_is_refused_saying_where():
+    # XNNPACK (1.5.1) takes no bf16 linear: plain ExecuTorch's program runs on portable
+    # kernels at about 6x eager's error against fp64. No delegate is to blame, so nothing is
+    # moved; the error says where the error is and writes nothing.
+    torch.manual_seed(0)
+    model = Bf16Mlp().eval().to(torch.bfloat16)
+    inputs = (torch.randn(8, 256).to(torch.bfloat16),)
+    with pytest.raises(ComposerError) as raised:
+        composer.compose(model, "xnnpack", inputs, cache=False)
+    said = str(raised.value)
+    assert "does not match eager" in said and "against fp64" in said
+    assert "the error is in the 12 ops left to ExecuTorch's portable kernels" in said
+    assert "aten.addmm.default x4" in said and "after moving" not in said

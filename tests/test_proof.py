@@ -267,8 +267,9 @@ def test_a_delegate_of_symbolic_size_is_checked_alone_at_the_failing_size():
     composition = composer.compose(dynamic_encoder(), "xnnpack", cache=False, check=False)
     label, smallest = sizes_to_prove(composition.example_inputs, composition.plan.dynamic_dims)[1]
     assert label.startswith("min")
-    culprit = localize(composition, smallest, mismatch=True)
-    assert culprit is not None and "errs most of the delegates" in culprit.why, culprit
+    # Each ran and matched its subgraph as closely as eager: none is named, not even as "the
+    # first delegate that could not be checked alone" (which a mismatch would name).
+    assert localize(composition, smallest, mismatch=True) is None
 
 
 def test_a_dynamic_program_whose_openvino_delegates_fail_at_other_sizes_is_repaired():
