@@ -159,13 +159,14 @@ def build_whisper(folder: Path) -> None:
 def cmd_export(args) -> None:
     define_llama_ops_without_their_library()
     # main_export imports every recipe module, and the coreml one needs coremltools, which the
-    # GPU machine lacks: the cuda recipe's module alone (composer's registers itself above).
+    # GPU machine lacks: the plain recipe's module alone (composer's registers itself).
     from optimum.exporters.executorch import convert, main_export
 
     import composer.models.optimum  # noqa: F401 - registers the composer recipe
 
+    plain = args.recipe.partition(":")[0]
     convert.discover_recipes = lambda: importlib.import_module(
-        "optimum.exporters.executorch.recipes.cuda"
+        f"optimum.exporters.executorch.recipes.{'cuda' if plain == 'composer' else plain}"
     )
 
     out = Path(args.out)
