@@ -422,3 +422,25 @@ def test_a_cached_program_lowers_again_the_same_under_no_grad(cache):
     with torch.no_grad():
         assert composition.edge is not None
     assert composition.verify().ok
+
+
+class _TakesAnActivation(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, hidden):
+        return torch.relu(self.linear(hidden))
+
+
+def test_a_program_exported_with_an_activation_as_its_example_comes_from_the_cache(cache):
+    # optimum exports Whisper's decoder with the encoder's output, computed with grad, as its
+    # example input; a second compose from the cache deep-copied the program and escaped with
+    # torch's "Only Tensors created explicitly by the user (graph leaves) support the deepcopy
+    # protocol".
+    hidden = torch.nn.Linear(8, 8)(torch.randn(2, 8))  # not a leaf: it has a grad_fn
+    program = torch.export.export(_TakesAnActivation().eval(), (hidden,))
+    first, _ = _compose(program, None)
+    again, lines = _compose(program, None)
+    assert _reused(lines) and again.buffer == first.buffer
+    assert again.verify().ok

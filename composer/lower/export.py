@@ -59,6 +59,26 @@ def fresh_program(model: Model, example_inputs: Sequence[Any] | None) -> Exporte
     return export_model(model, example_inputs)
 
 
+def model_copy(model: Model) -> Model:
+    """A copy of the user's model as it is now, for lowering again later (the caller may change
+    or run it meanwhile)."""
+    if isinstance(model, ExportedProgram):
+        return _Untouched.of(model).copy()
+    return copy.deepcopy(model)
+
+
+def _deepcopy_program(program: ExportedProgram) -> ExportedProgram:
+    """``copy.deepcopy(program)``, its example inputs detached first: optimum's Whisper decoder
+    keeps the encoder's output it was exported with, a tensor with a grad_fn, which deepcopy
+    refuses ("Only Tensors created explicitly by the user (graph leaves) support the deepcopy
+    protocol")."""
+    memo: dict[int, Any] = {}
+    for tensor in pytree.tree_leaves(program.example_inputs):
+        if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+            memo[id(tensor)] = tensor.detach().clone()
+    return copy.deepcopy(program, memo)
+
+
 class _Untouched:
     """A user's ExportedProgram kept as torch.export serialized it, before any lowering.
 
@@ -91,11 +111,11 @@ class _Untouched:
 
     def copy(self) -> ExportedProgram:
         if self.saved is None:
-            return copy.deepcopy(self.program)
+            return _deepcopy_program(self.program)
         try:
             return torch.export.load(io.BytesIO(self.saved))
         except Exception:  # noqa: BLE001 - as above: a deepcopy is the next best
-            return copy.deepcopy(self.program)
+            return _deepcopy_program(self.program)
 
 
 def parameters_written(program: ExportedProgram) -> list[str]:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -17,7 +16,14 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, ComposerWarning, ModelError
 from composer.lower.cache import DamagedEntryWarning, cache_dir, cache_enabled
-from composer.lower.export import Model, eager_of, example_inputs_of, export_model, fresh_program
+from composer.lower.export import (
+    Model,
+    eager_of,
+    example_inputs_of,
+    export_model,
+    fresh_program,
+    model_copy,
+)
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
 from composer.lower.program_cache import ProgramCache
 from composer.lower.shared_edge import sharing_edge_programs
@@ -273,7 +279,7 @@ class _Composing:
         # cache): from the model as it is now. torch.export's graph depends on the grad mode
         # (verify runs under no_grad). A repaired program is lowered again with its repairs.
         again = _LoweringAgain(
-            copy.deepcopy(self.model), self.example_inputs, torch.is_grad_enabled(),
+            model_copy(self.model), self.example_inputs, torch.is_grad_enabled(),
             self.resolved, repaired_stack(self.resolved.stack, stored["plan"].repairs),
             self.progress, self.folder, self.workers,
         )  # fmt: skip
