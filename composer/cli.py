@@ -350,11 +350,11 @@ def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> N
         f"latency, {runs} or more calls after warm-up, XNNPACK on {cpu_threads.current()} "
         "thread(s)" + (", interleaved with eager:" if eager else ":")
     )
-    calls = len(delegate_backend_ids(buffer))
+    calls = len(delegate_backend_ids(buffer, loaded.method_name))
     rows = [ProgramLatency(name, None if name == "eager" else calls, latency)
             for name, latency in timed.items()]  # fmt: skip
     print(latency_table(rows))
-    per_delegate = delegate_times(buffer, flat_inputs(inputs), runs)
+    per_delegate = delegate_times(buffer, flat_inputs(inputs), runs, loaded.method_name)
     if not per_delegate:
         print("time per delegate: not available (the event tracer's delegate calls could not be "
               "matched with the program's: a method with control flow)")  # fmt: skip

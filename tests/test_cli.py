@@ -74,6 +74,11 @@ def test_lower_several_methods_into_one_program_and_run_each(capsys, tmp_path):
     assert set(json.loads(report.read_text())["methods"]) == {"forward", "head"}
     code, out, _ = run(capsys, "run", str(pte), "--method", "head", "--compare", "zoo:cumsum_mlp")
     assert code == 0 and "compare with zoo:cumsum_mlp: OK" in out
+    # --bench times the method asked for, per delegate too (it timed forward's one delegate)
+    code, out, _ = run(capsys, "run", str(pte), "--method", "head", "--compare", "zoo:cumsum_mlp",
+                       "--bench", "5")  # fmt: skip
+    assert code == 0 and re.search(r"^program\s+2\s", out, re.MULTILINE), out
+    assert "delegate 1 (XnnpackBackend)" in out
     code, _, err = run(capsys, "lower", "zoo:mlp", "--method", "forward=zoo:cnn",
                        "--backends", "xnnpack", "-o", str(tmp_path / "n.pte"))  # fmt: skip
     assert code == 2 and "--method takes NAME=MODEL with a new name" in err

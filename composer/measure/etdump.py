@@ -49,18 +49,21 @@ class ProgramTrace:
         return max(0.0, self.execute.median_us - sum(s.latency.median_us for s in self.steps))
 
 
-def trace(program: bytes, inputs: Sequence[object], runs: int) -> ProgramTrace | None:
-    """Time every delegate and kernel call of ``program`` with ETDump (the pip runtime has it).
+def trace(
+    program: bytes, inputs: Sequence[object], runs: int, method: str = "forward"
+) -> ProgramTrace | None:
+    """Time every delegate and kernel call of ``program``'s ``method`` with ETDump (the pip
+    runtime has it).
 
     The tracer names calls only ``DELEGATE_CALL`` and ``OPERATOR_CALL``; they come in the order
     the method's instructions run them, which is how each is matched with its instruction.
     ``None`` when that order does not hold (a method with control flow).
     """
 
-    loaded = LoadedProgram(program, etdump=True)
+    loaded = LoadedProgram(program, method, etdump=True)
     for _ in range(runs):
         loaded.run(inputs)
-    return _read_trace(loaded, program)
+    return _read_trace(loaded, program, method)
 
 
 def trace_together(
@@ -80,7 +83,7 @@ def trace_together(
     return {key: _read_trace(loaded[key], programs[key]) for key in loaded}
 
 
-def _read_trace(loaded, program: bytes) -> ProgramTrace | None:
+def _read_trace(loaded, program: bytes, method: str = "forward") -> ProgramTrace | None:
     """The ``ProgramTrace`` of the calls ``loaded`` (an ETDump-recording program) has run."""
     from executorch.devtools import Inspector
 
@@ -101,7 +104,7 @@ def _read_trace(loaded, program: bytes) -> ProgramTrace | None:
     timed = {"delegate": [e for e in events if e.name == "DELEGATE_CALL"],
              "kernel": [e for e in events if e.name == "OPERATOR_CALL"]}  # fmt: skip
     execute = [e for e in events if e.name == "Method::execute"]
-    instructions = program_instructions(program)
+    instructions = program_instructions(program, method)
     if (
         instructions is None
         or not execute
@@ -140,9 +143,12 @@ def program_instructions(program: bytes, method: str = "forward") -> list[tuple[
     return found
 
 
-def delegate_times(program: bytes, inputs: Sequence[object], runs: int) -> list[DelegateTime]:
-    """Time each delegate call of ``program`` with ETDump; empty when calls cannot be matched."""
-    traced = trace(program, inputs, runs)
+def delegate_times(
+    program: bytes, inputs: Sequence[object], runs: int, method: str = "forward"
+) -> list[DelegateTime]:
+    """Time each delegate call of ``program``'s ``method`` with ETDump; empty when calls
+    cannot be matched."""
+    traced = trace(program, inputs, runs, method)
     if traced is None:
         return []  # a method with control flow: the order no longer tells which is which
     delegates = [step for step in traced.steps if step.kind == "delegate"]
