@@ -10,6 +10,8 @@ with an A/A control: the ``cuda`` program timed a second time as if it were anot
     source bench/gpu_setup.sh; export COMPOSER_ET_RUNNER=/tmp/etb/build/composer_runner/composer_et_runner
     python3 bench/gpu/gpu_wins.py compose --models mlp,gru --out /tmp/wins   # one process a model
     python3 bench/gpu/gpu_wins.py time --out /tmp/wins                       # the table
+    python3 bench/gpu/gpu_wins.py device --models corpus:bert,corpus:ghostnet --parallel 4 \
+        --limit 300 --stacks "xnnpack;cuda;xnnpack,cuda" --out /tmp/wins      # both, bounded
 
 Programs with Vulkan delegates are proven and timed in ``$COMPOSER_VULKAN_RUNNER`` (a runner
 built with ``ET_VULKAN=ON``, NVIDIA's Vulkan through its EGL ICD: ``source
@@ -32,6 +34,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -252,6 +255,32 @@ def cmd_time(args) -> None:
               f"| {cell('plain_vulkan_xnnpack')} |")  # fmt: skip
 
 
+def cmd_device(args) -> None:
+    """The one device command: each model composed in a process of its own, ``--parallel`` at
+    a time (eight at once with every runner on all cores slowed a proof 180x), each given
+    ``--limit`` seconds; then every program timed."""
+    me = [sys.executable, str(Path(__file__).resolve())]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    waiting, running = args.models.split(","), []
+    while waiting or running:
+        now = time.time()
+        for proc, deadline in running:
+            if now > deadline:
+                proc.kill()  # its finished stacks are kept; the rest is recorded as missing
+        running = [(proc, deadline) for proc, deadline in running if proc.poll() is None]
+        while waiting and len(running) < args.parallel:
+            model = waiting.pop(0)
+            log = open(out / f"compose_{model.replace(':', '_')}.log", "w")  # noqa: SIM115
+            proc = subprocess.Popen(me + ["compose", "--models", model, "--stacks", args.stacks,
+                                          "--out", str(out), "--tune-budget", str(args.tune_budget)],
+                                    stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            running.append((proc, time.time() + args.limit))
+        time.sleep(1)
+    subprocess.run(me + ["time", "--out", str(out), "--rounds", str(args.rounds),
+                         "--repeats", str(args.repeats)], check=False)  # fmt: skip
+
+
 def _eager_us(model, inputs, repeats: int) -> float:
     import torch
 
@@ -284,6 +313,16 @@ def main() -> None:
         "--threads", type=int, default=0, help="XNNPACK threads (0: the runtime default)"
     )
     p.set_defaults(run=cmd_time)
+    p = sub.add_parser("device")
+    p.add_argument("--models", required=True)
+    p.add_argument("--stacks", default=";".join(STACKS))
+    p.add_argument("--out", required=True)
+    p.add_argument("--tune-budget", type=float, default=120)
+    p.add_argument("--parallel", type=int, default=4, help="models composed at once")
+    p.add_argument("--limit", type=float, default=300, help="seconds of composing a model")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=100)
+    p.set_defaults(run=cmd_device)
     args = parser.parse_args()
     args.run(args)
 
