@@ -38,6 +38,8 @@ import traceback
 import warnings
 from pathlib import Path
 
+from processes import run_at_most  # beside this script
+
 RECIPES = ("cuda", "composer:cuda", "composer:xnnpack,cuda")
 PROMPT = [1, 17, 230, 5, 99]
 DECODE = [40, 41, 42]
@@ -164,15 +166,14 @@ def cmd_export(args) -> None:
 
     import composer.models.optimum  # noqa: F401 - registers the composer recipe
 
-    plain = args.recipe.partition(":")[0]
+    recipe, _, backends = args.recipe.partition(":")
     convert.discover_recipes = lambda: importlib.import_module(
-        f"optimum.exporters.executorch.recipes.{'cuda' if plain == 'composer' else plain}"
+        f"optimum.exporters.executorch.recipes.{'cuda' if recipe == 'composer' else recipe}"
     )
 
     out = Path(args.out)
     name, dtype = spec(args.model)
     source = out / f"{name}_hf"
-    recipe, _, backends = args.recipe.partition(":")
     kwargs = {"backends": backends} if backends else {}
     target = out / f"{slug(args.model)}_{slug(args.recipe)}"
     record = {"kind": "export", "model": args.model, "recipe": args.recipe}
@@ -331,20 +332,12 @@ def cmd_device(args) -> None:
     for name in sorted({spec(model)[0] for model in args.models.split(",")}):
         build(name, out / f"{name}_hf")
     # --parallel 1 for compose times that compare (plain against composer, one at a time).
-    waiting = [
-        (name, recipe) for name in args.models.split(",") for recipe in args.recipes.split(";")
-    ]
-    deadline, running = time.time() + args.limit, []
-    while (waiting or running) and time.time() < deadline:
-        running = [proc for proc in running if proc.poll() is None]
-        while waiting and len(running) < args.parallel:
-            name, recipe = waiting.pop(0)
-            log = open(out / f"export_{slug(name)}_{slug(recipe)}.log", "w")  # noqa: SIM115
-            running.append(subprocess.Popen(me + ["export", "--model", name, "--recipe", recipe,
-                                                  "--out", str(out)], stdout=log, stderr=subprocess.STDOUT))  # fmt: skip
-        time.sleep(1)
-    for proc in running:
-        proc.kill()
+    run_at_most(
+        [(me + ["export", "--model", name, "--recipe", recipe, "--out", str(out)],
+          out / f"export_{slug(name)}_{slug(recipe)}.log")
+         for name in args.models.split(",") for recipe in args.recipes.split(";")],
+        args.parallel, total=args.limit,
+    )  # fmt: skip
     subprocess.run(me + ["run", "--out", str(out), "--repeats", str(args.repeats),
                          "--rounds", str(args.rounds)], check=False)  # fmt: skip
 

@@ -43,6 +43,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from processes import run_at_most  # beside this script
+
 # Measured placement last: the slowest, the one a time limit cuts.
 STACKS = ("xnnpack", "cuda", "xnnpack,cuda", "cuda,xnnpack", "vulkan", "vulkan,xnnpack",
           "measured:xnnpack,cuda")  # fmt: skip
@@ -262,21 +264,13 @@ def cmd_device(args) -> None:
     me = [sys.executable, str(Path(__file__).resolve())]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    waiting, running = args.models.split(","), []
-    while waiting or running:
-        now = time.time()
-        for proc, deadline in running:
-            if now > deadline:
-                proc.kill()  # its finished stacks are kept; the rest is recorded as missing
-        running = [(proc, deadline) for proc, deadline in running if proc.poll() is None]
-        while waiting and len(running) < args.parallel:
-            model = waiting.pop(0)
-            log = open(out / f"compose_{model.replace(':', '_')}.log", "w")  # noqa: SIM115
-            proc = subprocess.Popen(me + ["compose", "--models", model, "--stacks", args.stacks,
-                                          "--out", str(out), "--tune-budget", str(args.tune_budget)],
-                                    stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-            running.append((proc, time.time() + args.limit))
-        time.sleep(1)
+    run_at_most(
+        [(me + ["compose", "--models", model, "--stacks", args.stacks, "--out", str(out),
+                "--tune-budget", str(args.tune_budget)],
+          out / f"compose_{model.replace(':', '_')}.log")
+         for model in args.models.split(",")],
+        args.parallel, each=args.limit,
+    )  # fmt: skip
     subprocess.run(me + ["time", "--out", str(out), "--rounds", str(args.rounds),
                          "--repeats", str(args.repeats)], check=False)  # fmt: skip
 
