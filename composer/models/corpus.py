@@ -16,6 +16,7 @@ corpus calls them (they are NMS and RoI pooling, which run after or beside what 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 from collections.abc import Callable, Iterator
@@ -112,6 +113,7 @@ _TORCHVISION_SCHEMAS = (
 _torchvision_library: list[torch.library.Library] = []  # kept alive: dropping it undefines
 
 
+@functools.cache  # once: every corpus model's import asks
 def _load_torchvisions_own_ops() -> None:
     """torchvision's native library, where it loads beside this torch: defining its schemas
     first and loading it after aborts the process (the GPU machine's torchvision 0.26 with
