@@ -48,6 +48,9 @@ from processes import run_at_most  # beside this script
 # Measured placement last: the slowest, the one a time limit cuts.
 STACKS = ("xnnpack", "cuda", "xnnpack,cuda", "cuda,xnnpack", "vulkan", "vulkan,xnnpack",
           "measured:xnnpack,cuda")  # fmt: skip
+CACHE_HELP = ("each model composed with a cache of its own: measured placement's candidates "
+              "are then the stacks composed before it, from that cache (its compose time is "
+              "not a cold one)")
 # A runner built with the Vulkan backend (bench/et_runtime/vulkan), for the programs with
 # Vulkan delegates: proven and timed there, the others in $COMPOSER_ET_RUNNER's (CUDA) runner.
 VULKAN_RUNNER = "COMPOSER_VULKAN_RUNNER"
@@ -99,6 +102,8 @@ def cmd_compose(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for model_name in args.models.split(","):
         model, inputs = load(model_name)
+        if args.cache:  # a model's own cache: its later stacks reuse its earlier ones' lowerings
+            os.environ["COMPOSER_CACHE_DIR"] = str(out / "cache" / model_name.replace(":", "_"))
         for stack in args.stacks.split(";"):
             if stack.startswith("plain:"):
                 _compose_plain(out, model_name, model, inputs, stack)
@@ -111,7 +116,7 @@ def cmd_compose(args) -> None:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     composition = composer.compose(
-                        model, backends, inputs, cache=False,
+                        model, backends, inputs, cache=args.cache,
                         placement="measured" if measured else "priority",
                         **({"tune_budget": args.tune_budget} if measured else {}),
                     )  # fmt: skip
@@ -121,8 +126,10 @@ def cmd_compose(args) -> None:
                 composition.save(folder / "program.pte")
                 plan = composition.plan
                 emit(out, {"kind": "compose", "model": model_name, "stack": stack, "ok": True,
-                           "s": round(seconds, 1), "proof": plan.proof,
+                           "s": round(seconds, 1), "cache": args.cache, "proof": plan.proof,
                            "chose": plan.placement.chosen if measured else None,
+                           "candidates": [c.to_dict() for c in plan.placement.candidates]
+                           if measured else None,
                            "delegates": dict(_delegates(composition)),
                            "repairs": len(plan.repairs), "table": summary_table(plan)})  # fmt: skip
             except Exception as error:  # noqa: BLE001 - recorded, the sweep goes on
@@ -266,7 +273,7 @@ def cmd_device(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     run_at_most(
         [(me + ["compose", "--models", model, "--stacks", args.stacks, "--out", str(out),
-                "--tune-budget", str(args.tune_budget)],
+                "--tune-budget", str(args.tune_budget)] + (["--cache"] if args.cache else []),
           out / f"compose_{model.replace(':', '_')}.log")
          for model in args.models.split(",")],
         args.parallel, each=args.limit,
@@ -298,6 +305,7 @@ def main() -> None:
     p.add_argument("--stacks", default=";".join(STACKS))
     p.add_argument("--out", required=True)
     p.add_argument("--tune-budget", type=float, default=120)
+    p.add_argument("--cache", action="store_true", help=CACHE_HELP)
     p.set_defaults(run=cmd_compose)
     p = sub.add_parser("time")
     p.add_argument("--out", required=True)
@@ -312,6 +320,7 @@ def main() -> None:
     p.add_argument("--stacks", default=";".join(STACKS))
     p.add_argument("--out", required=True)
     p.add_argument("--tune-budget", type=float, default=120)
+    p.add_argument("--cache", action="store_true", help=CACHE_HELP)
     p.add_argument("--parallel", type=int, default=4, help="models composed at once")
     p.add_argument("--limit", type=float, default=300, help="seconds of composing a model")
     p.add_argument("--rounds", type=int, default=3)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One device call of gpu_wins.py: set up (bench/gpu_setup.sh, the CUDA runner carried in
+# bench/et_runtime/carry/runner.tar.xz), compose MODELS in processes of their own and time them;
+# wins.jsonl and the compose logs come back in $OUT. Carry .whl and bench/et_runtime/carry.
+#   bash bench/gpu/wins_device.sh MODELS [gpu_wins.py device options]
+set -uo pipefail
+models="$1"; shift
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+tar -xJf bench/et_runtime/carry/runner.tar.xz -C / || exit 1
+source bench/gpu_setup.sh >/tmp/setup.log 2>&1 || { tail /tmp/setup.log; exit 1; }
+export COMPOSER_ET_RUNNER=/tmp/etb/build/composer_runner/composer_et_runner
+echo "wins_device: $(date -u +%FT%TZ) $(nproc) cores; $(nvidia-smi -L | head -1)"
+python3 bench/gpu/gpu_wins.py device --models "$models" --out /tmp/wins "$@"
+cp /tmp/wins/wins.jsonl "$OUT/" 2>/dev/null
+tar -cJf "$OUT/logs.tar.xz" -C /tmp/wins $(cd /tmp/wins && ls compose_*.log) 2>/dev/null
+true
