@@ -48,9 +48,11 @@ from processes import run_at_most  # beside this script
 # Measured placement last: the slowest, the one a time limit cuts.
 STACKS = ("xnnpack", "cuda", "xnnpack,cuda", "cuda,xnnpack", "vulkan", "vulkan,xnnpack",
           "measured:xnnpack,cuda")  # fmt: skip
-CACHE_HELP = ("each model composed with a cache of its own: measured placement's candidates "
-              "are then the stacks composed before it, from that cache (its compose time is "
-              "not a cold one)")
+CACHE_HELP = (
+    "each model composed with a cache of its own: measured placement's candidates "
+    "are then the stacks composed before it, from that cache (its compose time is "
+    "not a cold one)"
+)
 # A runner built with the Vulkan backend (bench/et_runtime/vulkan), for the programs with
 # Vulkan delegates: proven and timed there, the others in $COMPOSER_ET_RUNNER's (CUDA) runner.
 VULKAN_RUNNER = "COMPOSER_VULKAN_RUNNER"
