@@ -442,7 +442,8 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--tune-budget", type=float, metavar="SECONDS",
-        help="with --placement measured: stop composing new candidates after this long",
+        help="with --placement measured: stop composing new candidates after this long (the "
+        "declared order and each backend alone are composed first, always)",
     )  # fmt: skip
     parser.add_argument(
         "--repair-time", type=float, metavar="TIMES",

@@ -258,6 +258,19 @@ def test_cache_info_and_clear(cache, capsys):
     assert cache.is_dir()  # only composer's own subfolders go
 
 
+def test_a_spent_tune_budget_still_measures_the_declared_order_and_each_backend_alone(cache):
+    model, inputs = zoo.load("mlp")
+    plan = composer.plan(model, "xnnpack,openvino", inputs, placement="measured", tune_budget=0)
+    found = {item.candidate: item for item in plan.placement.candidates}
+    for label in ("xnnpack,openvino (priority)", "xnnpack alone", "openvino alone"):
+        assert found[label].median_us is not None, found[label]
+    for label in ("xnnpack,openvino (strict)", "openvino,xnnpack (priority)"):
+        assert found[label].note == "not measured: over the tune budget of 0 s", found[label]
+        assert found[label].median_us is None
+    assert plan.placement.regions.notes == ("not searched: over the tune budget of 0 s",)
+    assert found[plan.placement.chosen].median_us is not None
+
+
 def test_trace_times_every_delegate_and_kernel_call_in_order():
     model, inputs = zoo.load("transformer_block")
     composition = composer.compose(model, ["xnnpack"], inputs)

@@ -48,3 +48,13 @@ def candidates(backends: Sequence[str]) -> list[Candidate]:
         found += [Candidate(order, "priority") for order in orders if order != declared]
         found += [Candidate((name,), "priority") for name in declared]
     return found
+
+
+def always_composed(candidate: Candidate, backends: Sequence[str]) -> bool:
+    """The declared order and each backend alone: composed whatever the tune budget, before
+    the rest. Measured placement then never chooses slower than the best single backend, and
+    never fails where one alone composes: a budget spent on the declared order's strict twin
+    had left the singles out, and the choice to the declared order, at 0.3x the best single
+    backend (gpt2 and a llama decoder, ``xnnpack,cuda`` in the C++ runtime on an H200)."""
+    whole = not candidate.pins and candidate.placement == "priority"
+    return whole and (candidate.backends == tuple(backends) or len(candidate.backends) == 1)

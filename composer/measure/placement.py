@@ -33,7 +33,7 @@ import attrs
 
 from composer.contract.errors import ComposerError, first_line
 from composer.measure import hosted_trace, region_search
-from composer.measure.candidates import Candidate, candidates
+from composer.measure.candidates import Candidate, always_composed, candidates
 from composer.measure.choice import Choice, Measurement, choose, choose_confirmed
 from composer.measure.etdump import ProgramTrace, trace
 from composer.measure.latency import Latency, interleaved
@@ -136,8 +136,8 @@ def measure(
         same[candidate] = digest
 
     listed = candidates(backends)
-    for index, candidate in enumerate(listed):
-        if index and over_budget():
+    for candidate in sorted(listed, key=lambda c: not always_composed(c, backends)):
+        if not always_composed(candidate, backends) and over_budget():
             notes[candidate] = f"not measured: over the tune budget of {budget_s:g} s"
             continue
         compose_and_load(candidate)
