@@ -189,8 +189,10 @@ def test_measured_is_never_slower_than_the_best_single_backend_and_is_cached(cac
     third = composer.plan(model, ["openvino", "xnnpack"], inputs, placement="measured",
                           tune_budget=0)  # fmt: skip
     assert not third.placement.cached
-    notes = [item.note for item in third.placement.candidates[1:]]
-    assert notes and all(note.startswith("not measured: over the tune budget") for note in notes)
+    notes = {item.candidate: item.note for item in third.placement.candidates}
+    assert [c for c, note in notes.items() if note.startswith("not measured: over the tune")] == [
+        "openvino,xnnpack (strict)", "xnnpack,openvino (priority)"
+    ]  # fmt: skip
     assert third.placement.regions.notes == ("not searched: over the tune budget of 0 s",)
 
 
@@ -256,19 +258,6 @@ def test_cache_info_and_clear(cache, capsys):
     assert main(["cache", "info"]) == 0
     assert "placement: 0 entries, 0 bytes" in capsys.readouterr().out
     assert cache.is_dir()  # only composer's own subfolders go
-
-
-def test_a_spent_tune_budget_still_measures_the_declared_order_and_each_backend_alone(cache):
-    model, inputs = zoo.load("mlp")
-    plan = composer.plan(model, "xnnpack,openvino", inputs, placement="measured", tune_budget=0)
-    found = {item.candidate: item for item in plan.placement.candidates}
-    for label in ("xnnpack,openvino (priority)", "xnnpack alone", "openvino alone"):
-        assert found[label].median_us is not None, found[label]
-    for label in ("xnnpack,openvino (strict)", "openvino,xnnpack (priority)"):
-        assert found[label].note == "not measured: over the tune budget of 0 s", found[label]
-        assert found[label].median_us is None
-    assert plan.placement.regions.notes == ("not searched: over the tune budget of 0 s",)
-    assert found[plan.placement.chosen].median_us is not None
 
 
 def test_trace_times_every_delegate_and_kernel_call_in_order():
