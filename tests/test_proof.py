@@ -17,7 +17,7 @@ from composer import BackendSpec, ComposerError
 from composer.contract.hookspecs import hookimpl
 from composer.models import zoo
 from composer.report.plan_text import summary_table
-from composer.run.proof import localize
+from composer.run.proof import _named_by_the_runtime, localize
 
 
 class BrittleBackend(BackendDetails):
@@ -369,3 +369,25 @@ def test_a_node_a_repair_moved_says_so_where_it_fell_back(brittle_registry):
     assert not any("by the user" in r for r in reasons)
     node = next(iter(moved & set(plan.node_backends)))
     assert plan.explain(node)[0][1].startswith("moved off brittle by a repair")
+
+
+def test_a_delegate_call_the_runtime_says_failed_is_the_culprit_where_alone_it_ran():
+    # ExecuTorch's C++ CUDA runtime refused a CUDA delegate's output in mamba's xnnpack,cuda
+    # program on an H200 (its log, below); run alone as its .so the delegate was right, so
+    # running the delegates one by one named none. The runtime's instruction names it.
+    model, inputs = zoo.load("cumsum_mlp")
+    composition = composer.compose(model, "xnnpack", inputs, cache=False)
+    # instructions: XNNPACK's first call, the cumsum kernel, XNNPACK's second call
+    logged = (
+        "failed at run time: ExecuTorch C++ runtime (composer_et_runner) failed: execute "
+        "failed at call 0: error 18; it logged: SlimTensor must be contiguous | Failed to D2D "
+        "copy GPU output 1 into ETensor | CALL_DELEGATE execute failed at instruction {}: 0x12"
+    )
+    [second] = _named_by_the_runtime(composition, logged.format(2))
+    assert (second.backend, second.partition) == ("xnnpack", "xnnpack:1")
+    assert second.why.startswith("failed at run time in its call (instruction 2), though it ran")
+    assert "SlimTensor must be contiguous" in second.why
+    [first] = _named_by_the_runtime(composition, logged.format(0))
+    assert first.partition == "xnnpack:0"
+    assert _named_by_the_runtime(composition, logged.format(1)) == []  # the portable kernel
+    assert _named_by_the_runtime(composition, "failed at run time: out of memory") == []

@@ -32,3 +32,20 @@ def program_table(buffer: bytes) -> Program:
 def execution_plan(buffer: bytes, method: str = "forward") -> ExecutionPlan | None:
     """The execution plan of ``method``, or ``None`` if the program has none by that name."""
     return next((p for p in program_table(buffer).execution_plan if p.name == method), None)
+
+
+def delegate_call_at(buffer: bytes, instruction: int, method: str = "forward") -> int | None:
+    """Which of ``method``'s delegate calls (0: its first) instruction ``instruction`` of its
+    first chain is, as a runtime's "CALL_DELEGATE execute failed at instruction N" counts;
+    ``None`` where that instruction calls no delegate."""
+    from executorch.exir.schema import DelegateCall
+
+    plan = execution_plan(buffer, method)
+    if plan is None or not plan.chains:
+        return None
+    instructions = plan.chains[0].instructions
+    if not 0 <= instruction < len(instructions):
+        return None
+    if not isinstance(instructions[instruction].instr_args, DelegateCall):
+        return None
+    return sum(isinstance(i.instr_args, DelegateCall) for i in instructions[:instruction])

@@ -10,6 +10,7 @@ its nodes, which the pipeline hands to the next backend.
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ from composer.contract.errors import ComposerError, first_line
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.accuracy import TOL, eager_in_precision, flatten_tensors, judge, rmse, truth
 from composer.run.inputs import flat_inputs, sizes_to_prove
+from composer.run.program_table import delegate_call_at
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, expected_outputs, verify
 from composer.scheduler.origins import origin_name
@@ -155,6 +157,8 @@ def prove(composition: Provable) -> Proof:
             )
         mismatch = failure.startswith("does not match")
         culprits = localize_all(composition, inputs, mismatch=mismatch)
+        if not culprits and not mismatch:
+            culprits = _named_by_the_runtime(composition, failure)
         where = "".join(f"; {c.partition} ({c.backend}) {c.why}" for c in culprits)
         if mismatch and not culprits:
             where = f"; {outside_the_delegates(composition.plan)}"
@@ -208,15 +212,7 @@ def localize_all(
     inputs = flat_inputs(composition.example_inputs if inputs is None else inputs)
 
     def culprit(lowered_name: str, why: str) -> Culprit | None:
-        lowered = getattr(reference, lowered_name)
-        inside = {n.name: n for n in lowered.original_module.graph.nodes}
-        partition = partition_of(plan, set(inside))
-        if partition is None:
-            return None
-        nodes = next(p.nodes for p in plan.partitions if p.id == partition)
-        backend = next(p.backend for p in plan.partitions if p.id == partition)
-        origins = {name: origin_name(inside[name]) for name in nodes if name in inside}
-        return Culprit(backend, partition, tuple(nodes), why, origins)
+        return _culprit(reference, plan, lowered_name, why)
 
     has_cuda = cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
     data = cuda_manifest.named_data(composition.buffer, composition.data_files) if has_cuda else {}
@@ -248,6 +244,47 @@ def localize_all(
         )
         return [] if found is None else [attrs.evolve(found, adds_up=True)]
     return []
+
+
+def _culprit(reference: Any, plan: Plan, lowered_name: str, why: str) -> Culprit | None:
+    """The partition the delegate ``lowered_name`` of ``reference`` was made from, as a culprit."""
+    lowered = getattr(reference, lowered_name)
+    inside = {n.name: n for n in lowered.original_module.graph.nodes}
+    partition = partition_of(plan, set(inside))
+    if partition is None:
+        return None
+    nodes = next(p.nodes for p in plan.partitions if p.id == partition)
+    backend = next(p.backend for p in plan.partitions if p.id == partition)
+    origins = {name: origin_name(inside[name]) for name in nodes if name in inside}
+    return Culprit(backend, partition, tuple(nodes), why, origins)
+
+
+_FAILED_CALL = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+)")
+
+
+def _named_by_the_runtime(composition: Provable, failure: str) -> list[Culprit]:
+    """The delegate whose call the runtime says failed, where every delegate alone ran and
+    matched: what failed is its call in the program. (ExecuTorch's C++ CUDA runtime refuses to
+    copy out an output that AOTInductor returns as a view: "SlimTensor must be contiguous",
+    "storage_offset must be 0"; run alone, as its .so, the same delegate is right.)"""
+    found = _FAILED_CALL.search(failure)
+    method = getattr(composition, "method", "forward")
+    call = None if found is None else delegate_call_at(composition.buffer, int(found[1]), method)
+    reference = composition.reference
+    delegates = [
+        node.args[0].target
+        for node in reference.graph.nodes
+        if getattr(node.target, "__name__", "") == "executorch_call_delegate"
+    ]
+    if call is None or call >= len(delegates):
+        return []
+    detail = failure.split("it logged: ", 1)[-1][:300]
+    why = (
+        f"failed at run time in its call (instruction {found[1]}), though it ran and matched "
+        f"alone: {detail}"
+    )
+    named = _culprit(reference, composition.plan, delegates[call], why)
+    return [] if named is None else [named]
 
 
 def _delegate_alone(lowered, single: bool) -> Callable[..., Any]:
