@@ -303,6 +303,33 @@ def test_a_view_past_its_tensors_start_never_leaves_a_cuda_delegate():
     assert plan.ops_on("cuda")["aten.squeeze_copy.dims"] == 7
 
 
+class _InnerViews(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        return y.transpose(1, 2), y[:, :, 0], y[:, 0], y.unsqueeze(0), y[:, 1]
+
+
+def test_a_view_that_is_not_contiguous_never_leaves_a_cuda_delegate():
+    """ExecuTorch's CUDA runtime copies out only contiguous delegate outputs: corpus mamba
+    with xnnpack,cuda failed on an H200 ("SlimTensor must be contiguous"), its CUDA delegates
+    handing out the selective scan's x[:, :, i]. ExecuTorch's lowering makes selects, slices
+    and splits views for Inductor; each is replayed on its tensor's size."""
+    plan = composer.plan(_InnerViews(), ["cuda"], (torch.randn(1, 3, 4),), cache=False)
+    # y[:, 0] of a (1, 3, 4) tensor is 4 elements in a row at offset 0; a transpose and an
+    # unsqueeze are copies there (only selects, slices and splits become views)
+    assert plan.ops_on("cuda") == {
+        "aten.relu.default": 1, "aten.select_copy.int": 1, "aten.unsqueeze_copy.default": 1,
+        "aten.transpose_copy.int": 1,
+    }  # fmt: skip
+    assert plan.ops_on("portable") == {"aten.select_copy.int": 2}
+    reasons = sorted(dict(f.reasons)["cuda"].removeprefix("left out of its partition: its output "
+                     "would leave the delegate as ")[:40] for f in plan.fallbacks)  # fmt: skip
+    assert reasons == [
+        "a view that starts past its tensor's fir",  # y[:, 1]
+        "a view whose elements are not contiguous",  # y[:, :, 0]
+    ]
+
+
 def test_planning_with_cuda_says_nothing_of_ops_executorch_would_not_keep_whole(caplog):
     # The CUDA plugin keeps whole every op it takes, add and view among them; ExecuTorch
     # ignores those and said so on the root logger, 11 lines a plan of llama_decoder.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import operator
 from collections.abc import Container
+from typing import Any
 
 import torch
 import torch.fx
@@ -24,12 +25,23 @@ from composer.plugins.aoti import AotiOperatorSupport, AotiPlugin
 ON_OFF = ("ON", "OFF")
 
 
-# Views that may start past their base's first element, and the argument that says where
-# they start (edge's *_copy ops; a split or unbind starts there from its second piece on).
+# The views ExecuTorch's AOTInductor lowering hands Inductor as views
+# (executorch.backends.aoti.passes.replace_view_copy_with_view: select, slice, split); the other
+# edge *_copy ops stay copies, contiguous. (A split_with_sizes or unbind piece too: zoo gru's
+# gate splits left a CUDA delegate at a storage offset on the H100.)
+_VIEWS = frozenset({"select_copy", "slice_copy", "narrow_copy", "split_copy",
+                    "split_with_sizes_copy", "unbind_copy"})  # fmt: skip
+# Where they start (a split or unbind starts past its tensor's start from its second piece on).
 _START_ARGUMENT = {"select_copy": (2, "index"), "slice_copy": (2, "start"),
-                   "narrow_copy": (2, "start"), "as_strided_copy": (3, "storage_offset"),
-                   "diagonal_copy": (1, "offset")}  # fmt: skip
-_PIECES = frozenset({"split_with_sizes_copy", "split_copy", "unbind_copy"})
+                   "narrow_copy": (2, "start")}  # fmt: skip
+PAST_START = (
+    "a view that starts past its tensor's first element (a split's second piece, a select or "
+    "slice not from 0...): ExecuTorch's CUDA runtime copies out only outputs at storage offset 0"
+)
+NOT_CONTIGUOUS = (
+    "a view whose elements are not contiguous (a select or slice of an inner dimension...): "
+    "ExecuTorch's CUDA runtime copies out only contiguous outputs"
+)
 
 
 class CudaOperatorSupport(AotiOperatorSupport):
@@ -38,40 +50,77 @@ class CudaOperatorSupport(AotiOperatorSupport):
     def reason_unsupported_at_boundary(
         self, node: torch.fx.Node, partition: Container[torch.fx.Node]
     ) -> str | None:
-        # AOTInductor returns a view as a view: a split's second half comes back at a
-        # storage offset, and the runtime's copy of a delegate output refuses that ("SlimTensor
-        # storage_offset must be 0", zoo gru with xnnpack,cuda on the H100). Left out, the
-        # view runs on the host, where it is a copy.
-        if node in partition and _view_past_start(node, partition):
-            return (
-                "a view that starts past its tensor's first element (a split's second piece, "
-                "a select or slice not from 0...): ExecuTorch's CUDA runtime copies out only "
-                "outputs at storage offset 0"
-            )
+        # AOTInductor returns a view as a view, and the runtime's copy of a delegate output
+        # refuses one at a storage offset ("SlimTensor storage_offset must be 0": a split's
+        # second half, zoo gru with xnnpack,cuda on the H100) or not contiguous ("SlimTensor
+        # must be contiguous": the selective scan's x[:, :, i], corpus mamba on an H200).
+        # Left out, the view runs on the host, where it is a copy.
+        if node in partition:
+            why = _view_layout(node, partition)
+            if why is not None:
+                return why
         return super().reason_unsupported_at_boundary(node, partition)
 
 
-def _view_past_start(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> bool:
-    """Whether ``node`` is, through views in ``partition``, a view that does not start at its
-    base's first element: a split's second piece, a select or slice not from index 0..."""
-    piece = 0
+def _view_layout(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> str | None:
+    """Why ``node``, through views in ``partition`` of a tensor made there or handed in,
+    cannot leave a CUDA delegate: replayed on a contiguous tensor of its base's size, it
+    starts past the first element or is not contiguous. ``None`` where it can."""
+    steps: list[tuple[Any, torch.fx.Node]] = []  # (view op or None for a piece, node)
     while node in partition and node.op == "call_function":
         if node.target is operator.getitem:
-            node, piece = node.args[0], node.args[1]
+            steps.append((None, node))
+        else:
+            op = overload_of(node.target)
+            if op is None or op.overloadpacket.__name__ not in _VIEWS:
+                break
+            steps.append((op, node))
+        node = node.args[0]
+    if not any(op is not None for op, _ in steps):
+        return None
+    base = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(base, torch.Tensor) or not all(isinstance(n, int) for n in base.shape):
+        return _by_name(steps)  # symbolic sizes: no layout to replay
+    try:
+        view = torch.empty(tuple(base.shape), dtype=base.dtype, device="meta")
+        for op, step in reversed(steps):
+            if op is None:
+                view = view[step.args[1]]
+                continue
+            viewing = getattr(torch.ops.aten, op.overloadpacket.__name__.removesuffix("_copy"))
+            view = getattr(viewing, op._overloadname)(view, *step.args[1:], **step.kwargs)
+    except Exception:  # noqa: BLE001 - arguments the view twin refuses: judged by name
+        return _by_name(steps)
+    if view.storage_offset() != 0:
+        return PAST_START
+    if not view.is_contiguous():
+        return NOT_CONTIGUOUS
+    return None
+
+
+def _by_name(steps: list[tuple[Any, torch.fx.Node]]) -> str | None:
+    """:func:`_view_layout`'s answer where the views cannot be replayed (symbolic sizes): from
+    their arguments alone, a view that may start past its tensor's start, or that selects or
+    slices an inner dimension, is refused."""
+    piece = 0
+    for op, node in steps:
+        if op is None:
+            piece = node.args[1]
             continue
-        op = overload_of(node.target)
-        if op is None or torch.Tag.view_copy not in op.tags:
-            return False
         name = op.overloadpacket.__name__
-        if name in _PIECES and piece != 0:
-            return True
         if name in _START_ARGUMENT:
             position, keyword = _START_ARGUMENT[name]
             start = node.args[position] if len(node.args) > position else node.kwargs.get(keyword)
             if not (start is None or start == 0):  # None: the default, 0; a SymInt: maybe not
-                return True
-        node, piece = node.args[0], 0
-    return False
+                return PAST_START
+        elif piece != 0:
+            return PAST_START
+        at = 2 if name in ("split_copy", "split_with_sizes_copy") else 1  # (self, sizes, dim)
+        dim = node.args[at] if len(node.args) > at else node.kwargs.get("dim", 0)
+        if dim != 0:
+            return NOT_CONTIGUOUS
+        piece = 0
+    return None
 
 
 class CudaPlugin(AotiPlugin):
