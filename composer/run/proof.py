@@ -270,13 +270,15 @@ def _named_by_the_runtime(composition: Provable, failure: str) -> list[Culprit]:
     found = _FAILED_CALL.search(failure)
     method = getattr(composition, "method", "forward")
     call = None if found is None else delegate_call_at(composition.buffer, int(found[1]), method)
+    if call is None:
+        return []
     reference = composition.reference
     delegates = [
         node.args[0].target
         for node in reference.graph.nodes
         if getattr(node.target, "__name__", "") == "executorch_call_delegate"
     ]
-    if call is None or call >= len(delegates):
+    if call >= len(delegates):
         return []
     detail = failure.split("it logged: ", 1)[-1][:300]
     why = (
