@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from executorch.exir.backend.backend_details import BackendDetails
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -391,3 +391,40 @@ def test_a_delegate_call_the_runtime_says_failed_is_the_culprit_where_alone_it_r
     assert first.partition == "xnnpack:0"
     assert _named_by_the_runtime(composition, logged.format(1)) == []  # the portable kernel
     assert _named_by_the_runtime(composition, "failed at run time: out of memory") == []
+
+
+class AllAtOnceBackend(BackendDetails):
+    """Lowers every partition in one call, as ExecuTorch's CUDA backend does (one store of
+    weights), and its compiler fails on a partition holding an add."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        ops = {composer.op_name(n) for n in edge_program.graph.nodes if n.op == "call_function"}
+        if "aten.add.Tensor" in ops:
+            raise ValueError("this compiler cannot build aten.add")
+        return PreprocessResult(processed_bytes=b"all-at-once")
+
+    @classmethod
+    def preprocess_multimethod(cls, edge_programs, compile_specs):
+        return {
+            method: [cls.preprocess(p, s) for p, s in zip(programs, compile_specs[method])]
+            for method, programs in edge_programs.items()
+        }
+
+
+def test_a_backend_lowering_every_partition_at_once_moves_only_the_one_that_failed():
+    # deit_tiny with xnnpack,cuda on an H200: one CUDA partition failed to compile, and every
+    # partition handed in that call (340 nodes) moved. cumsum_mlp's relu and final add are
+    # two partitions of "all_at_once" (the cumsum and fc2 between them are not its).
+    plugin = BrittlePlugin(lambda op: op in ("aten.relu.default", "aten.add.Tensor"))
+    plugin.spec = BackendSpec("all_at_once", "AllAtOnceBackend")
+    model, inputs = zoo.load("cumsum_mlp")
+    composition = composer.compose(
+        model, ["all_at_once", "xnnpack"], inputs, registry=registry_with(plugin), cache=False
+    )
+    plan = composition.plan
+    (repair,) = plan.repairs
+    assert repair.nodes == ("aten_add_tensor",)
+    assert repair.why == "failed to lower: ValueError: this compiler cannot build aten.add"
+    assert plan.nodes_on("all_at_once") == ["aten_relu_default"]
+    assert "aten_add_tensor" in plan.nodes_on("xnnpack")
