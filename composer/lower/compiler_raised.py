@@ -27,7 +27,8 @@ class CompilerRaised(Exception):
     the partitions it raised on, each as the nodes composer handed it (``handed_nodes``) and
     the compiler's error: every partition that failed where the class lowers them one at a
     time (ExecuTorch's default ``preprocess_multimethod``: the others are still tried, so
-    that one repair moves them all), all of them as one where it lowers all at once.
+    that one repair moves them all); where it lowers all at once (ExecuTorch's CUDA backend),
+    those that fail lowered alone, or all of them as one where none does.
     ``nodes`` is their union, ``error`` (and ``__cause__``) the first error.
 
     Which partition failed is known from what composer handed over, whatever the backend
