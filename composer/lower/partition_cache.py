@@ -135,11 +135,17 @@ def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, job
                 reuse.count(backend.name, len(everything), 0)
                 return cached
             nodes = handed_nodes(everything)
+            # each partition's own, read before a compiler may rewrite what it is given
+            singles = [
+                (method, program, specs, handed_nodes([program]))
+                for method, programs in edge_programs.items()
+                for program, specs in zip(programs, compile_specs[method], strict=True)
+            ]
             try:
                 with pending_symbols_set_aside(everything):
                     results = original(klass, edge_programs, compile_specs)
             except Exception as error:
-                failures = _failing_alone(klass, original, edge_programs, compile_specs)
+                failures = _failing_alone(klass, original, singles)
                 raise CompilerRaised(cls, failures or [(nodes, error)]) from error
             reuse.count(backend.name, 0, len(everything))
             if not _save(store, key, results):
@@ -167,24 +173,18 @@ def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, job
     return preprocess_multimethod
 
 
-def _failing_alone(klass: type, original, edge_programs, compile_specs) -> list:
+def _failing_alone(klass: type, original, singles: list) -> list:
     """Where a class that lowers every partition in one call (ExecuTorch's CUDA backend, for
-    one store of weights) raised on them together: each partition lowered alone by that same
-    call, and those that raise then, with their errors; empty where there was one partition,
-    or none raises alone. A repair then moves the partitions that failed, not every partition
-    lowered with them (deit_tiny with ``xnnpack,cuda`` on an H200: one CUDA partition failed
-    to compile and the 340 nodes of the call moved). It costs one more lowering, and only
-    after a failure."""
-    singles = [
-        (method, program, specs)
-        for method, programs in edge_programs.items()
-        for program, specs in zip(programs, compile_specs[method], strict=True)
-    ]
+    one store of weights) raised on them together: each of ``singles`` (method, partition,
+    compile specs, nodes handed) lowered alone by that same call, and those that raise then,
+    with their errors; empty where there was one partition, or none raises alone. A repair then
+    moves the partitions that failed, not every partition lowered with them (deit_tiny with
+    ``xnnpack,cuda`` on an H200: one CUDA partition failed to compile and the 340 nodes of the
+    call moved). It costs one more lowering, and only after a failure."""
     if len(singles) < 2:
         return []
     failures = []
-    for method, program, specs in singles:
-        nodes = handed_nodes([program])
+    for method, program, specs, nodes in singles:
         try:
             with pending_symbols_set_aside([program]):
                 original(klass, {method: [program]}, {method: [specs]})
