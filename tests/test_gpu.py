@@ -176,6 +176,28 @@ def test_a_gru_with_xnnpack_and_cuda_runs_in_executorchs_runtime(monkeypatch):
     reason="needs ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), named by "
     "$COMPOSER_ET_RUNNER",
 )
+def test_mambas_selective_scan_with_xnnpack_and_cuda_runs_in_executorchs_runtime(monkeypatch):
+    # Its CUDA delegates handed out x[:, :, 0], a view at offset 0 that is not contiguous, which
+    # the CUDA runtime refused to copy out ("SlimTensor must be contiguous", an H200): refused
+    # by composer with no culprit, then repaired a delegate a round until time ran out.
+    pytest.importorskip("transformers")
+    from composer.models import corpus
+    from composer.run import cpp_runtime
+
+    monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, ET_RUNNER)
+    model, inputs = corpus.load("mamba")
+    composition = composer.compose(model, ["xnnpack", "cuda"], inputs, cache=False)
+    assert not composition.plan.repairs
+    assert f"({cpp_runtime.EXECUTOR}): rmse" in composition.plan.proof
+    reasons = [dict(f.reasons).get("cuda", "") for f in composition.plan.fallbacks]
+    assert any("a view whose elements are not contiguous" in why for why in reasons)
+
+
+@pytest.mark.skipif(
+    not ET_RUNNER,
+    reason="needs ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), named by "
+    "$COMPOSER_ET_RUNNER",
+)
 def test_export_llamas_dynamic_bf16_decoder_decodes_with_cuda_in_executorchs_runtime(
     monkeypatch, tmp_path
 ):
