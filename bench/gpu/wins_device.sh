@@ -3,6 +3,8 @@
 # bench/et_runtime/carry/runner.tar.xz), compose MODELS in processes of their own and time them;
 # wins.jsonl and the compose logs come back in $OUT. Carry .whl and bench/et_runtime/carry.
 #   bash bench/gpu/wins_device.sh MODELS [gpu_wins.py device options]
+# On a machine still warm from an earlier call, /tmp/wins keeps that call's programs and caches:
+# `time` then times them again beside the new ones (how session 23 timed most models 2-3 times).
 set -uo pipefail
 models="$1"; shift
 export PYTHONUNBUFFERED=1
