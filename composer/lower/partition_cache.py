@@ -134,13 +134,13 @@ def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, job
             if cached is not None:
                 reuse.count(backend.name, len(everything), 0)
                 return cached
-            nodes = handed_nodes(everything)
-            # each partition's own, read before a compiler may rewrite what it is given
+            # each partition's nodes, read before a compiler may rewrite what it is given
             singles = [
                 (method, program, specs, handed_nodes([program]))
                 for method, programs in edge_programs.items()
                 for program, specs in zip(programs, compile_specs[method], strict=True)
             ]
+            nodes = {name: origin for *_, each in singles for name, origin in each.items()}
             try:
                 with pending_symbols_set_aside(everything):
                     results = original(klass, edge_programs, compile_specs)
