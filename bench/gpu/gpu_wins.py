@@ -299,15 +299,20 @@ def _eager_us(model, inputs, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _compose_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """What ``compose`` takes, and ``device`` hands on to it."""
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--stacks", default=";".join(STACKS))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--tune-budget", type=float, default=120)
+    parser.add_argument("--cache", action="store_true", help=CACHE_HELP)
+    return parser
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("compose")
-    p.add_argument("--models", required=True)
-    p.add_argument("--stacks", default=";".join(STACKS))
-    p.add_argument("--out", required=True)
-    p.add_argument("--tune-budget", type=float, default=120)
-    p.add_argument("--cache", action="store_true", help=CACHE_HELP)
+    p = _compose_arguments(sub.add_parser("compose"))
     p.set_defaults(run=cmd_compose)
     p = sub.add_parser("time")
     p.add_argument("--out", required=True)
@@ -317,12 +322,7 @@ def main() -> None:
         "--threads", type=int, default=0, help="XNNPACK threads (0: the runtime default)"
     )
     p.set_defaults(run=cmd_time)
-    p = sub.add_parser("device")
-    p.add_argument("--models", required=True)
-    p.add_argument("--stacks", default=";".join(STACKS))
-    p.add_argument("--out", required=True)
-    p.add_argument("--tune-budget", type=float, default=120)
-    p.add_argument("--cache", action="store_true", help=CACHE_HELP)
+    p = _compose_arguments(sub.add_parser("device"))
     p.add_argument("--parallel", type=int, default=4, help="models composed at once")
     p.add_argument("--limit", type=float, default=300, help="seconds of composing a model")
     p.add_argument("--rounds", type=int, default=3)
