@@ -404,7 +404,10 @@ def test_an_op_kept_whole_for_cuda_that_cuda_then_leaves_is_decomposed(stack):
     ops = {op for node, op in plan.node_ops.items()}
     assert "aten.repeat_interleave.self_int" not in ops
     assert "aten.expand_copy.default" in plan.ops_on("portable")  # one of its pieces
-    assert plan.nodes_on("cuda") and not {"aten.expand_copy.default"} & set(plan.ops_on("cuda"))
+    assert not {"aten.expand_copy.default"} & set(plan.ops_on("cuda"))
+    # with xnnpack first, cuda is left only the cast of the lifted constant 2, which reads
+    # nothing but that constant: not a partition for cuda (needs_a_runtime_input)
+    assert bool(plan.nodes_on("cuda")) == (stack == ["cuda"])
 
 
 class AnyDim(torch.nn.Module):
@@ -421,7 +424,10 @@ def test_an_op_without_decomposition_left_by_cuda_runs_on_its_portable_kernel():
     # "decomposed" it into itself and stopped with KeptWholeButLeft.
     stack = composer.Stack(["xnnpack", "cuda"], never={"cuda": ["aten.any.dim"]})
     plan = composer.plan(AnyDim(), stack, (torch.randn(2, 3, 4, 8),), cache=False)
-    assert plan.ops_on("portable") == {"aten.any.dim": 1}
+    # and the cast of the lifted constant 1, which reads only that constant (not for cuda)
+    assert plan.ops_on("portable") == {
+        "aten.any.dim": 1, "dim_order_ops._to_dim_order_copy.default": 1,
+    }  # fmt: skip
     assert plan.nodes_on("xnnpack")
 
 
@@ -464,4 +470,36 @@ def test_a_size_never_crosses_a_cuda_delegates_boundary():
         "left out of its partition: it would read sym_size_int into the delegate as a number (a "
         "size such as sym_size), not a tensor: AOTInductor compiles a delegate's inputs and "
         "outputs as tensors"
+    )
+
+
+class _ClassToken(nn.Module):
+    """deit's first tokens: a class token, a parameter expanded to the batch, before the
+    patches."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(8, 16)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, 16))
+
+    def forward(self, x):
+        tokens = self.cls_token.expand(x.shape[0], -1, -1)
+        return torch.cat([tokens, self.embed(x)], dim=1).relu()
+
+
+def test_a_cuda_partition_never_reads_only_constants():
+    """corpus deit_tiny with xnnpack,cuda on an H100: XNNPACK left the class token's expand,
+    CUDA took it alone, and AOTInductor refused the partition ("Mixed-device constants are
+    only supported when the secondary device is CPU. Model device is 'cpu', but constant
+    'cls_token' is on device 'cuda:0'"): a graph that reads no input compiles for the CPU."""
+    plan = composer.plan(_ClassToken().eval(), ["xnnpack", "cuda"], (torch.randn(1, 4, 8),),
+                         cache=False)  # fmt: skip
+    assert plan.ops_on("xnnpack") == {
+        "aten.linear.default": 1, "aten.cat.default": 1, "aten.relu.default": 1,
+    }  # fmt: skip
+    assert not plan.nodes_on("cuda")
+    assert plan.ops_on("portable") == {"aten.expand_copy.default": 1}
+    (fallback,) = plan.fallbacks
+    assert dict(fallback.reasons)["cuda"].startswith(
+        "left out: its partition would read only constants"
     )

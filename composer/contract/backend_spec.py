@@ -90,6 +90,11 @@ class BackendSpec:
     AOTInductor backends): composer gives each node that reads a dynamic input's size its
     own ``sym_size`` node before partitioning, so each delegate computes the size from the
     input's shape instead of receiving it.
+    ``needs_a_runtime_input``: each of its delegates must read a tensor that is not a constant
+    (an input or what another delegate computed). AOTInductor picks a graph's device from its
+    inputs and kernels; a partition of constants alone (deit's class token, expanded) compiles
+    for the CPU and fails ("Mixed-device constants are only supported when the secondary
+    device is CPU"). Such a partition is left to the next backend.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
@@ -108,5 +113,8 @@ class BackendSpec:
         default=(), converter=lambda given: tuple(sorted(dict(given).items()))
     )
     sizes_from_shapes: bool = attrs.field(
+        default=False, validator=attrs.validators.instance_of(bool)
+    )
+    needs_a_runtime_input: bool = attrs.field(
         default=False, validator=attrs.validators.instance_of(bool)
     )

@@ -157,3 +157,27 @@ def _leaves(why: str) -> str:
 
 def _reads(value: torch.fx.Node, why: str) -> str:
     return f"it would read {value.name} into the delegate as {why}"
+
+
+CONSTANTS_ONLY = (
+    "its partition would read only constants: the backend compiles a delegate that reads no "
+    "input for the wrong device (BackendSpec.needs_a_runtime_input)"
+)
+
+
+def reading_an_input(
+    partitions: list[list[torch.fx.Node]], constants: Container[torch.fx.Node]
+) -> tuple[list[list[torch.fx.Node]], list[torch.fx.Node]]:
+    """The partitions that read a tensor other than ``constants`` (an input, or what is
+    computed outside them), and the nodes of the others, which are left out whole: dropping a
+    partition keeps the rest convex."""
+    kept: list[list[torch.fx.Node]] = []
+    dropped: list[torch.fx.Node] = []
+    for members in partitions:
+        inside = set(members)
+        reads = {p for node in members for p in node.all_input_nodes if p not in inside}
+        if all(p in constants for p in reads):
+            dropped.extend(members)
+        else:
+            kept.append(members)
+    return kept, dropped

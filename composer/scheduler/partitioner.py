@@ -18,7 +18,7 @@ from composer.contract.errors import PluginError
 from composer.contract.op_names import op_name
 from composer.registry.answers import plugin_label
 from composer.registry.discovery import Backend, Registry
-from composer.scheduler.boundary import partition_within_boundary
+from composer.scheduler.boundary import CONSTANTS_ONLY, partition_within_boundary, reading_an_input
 from composer.scheduler.guards import (
     TAG,
     constant_placeholders,
@@ -308,9 +308,14 @@ class ComposerPartitioner(Partitioner):
                 else set()
             ),
         )
-        partitions = bounded.partitions
+        partitions, joined = bounded.partitions, bounded.constants
         for name, why in bounded.left_out.items():
             declined[name] = f"left out of its partition: {why}"
+        if self.backend.spec.needs_a_runtime_input:
+            partitions, dropped = reading_an_input(partitions, constants)
+            for node in dropped:
+                declined[node.name] = f"left out: {CONSTANTS_ONLY}"
+            joined = {c for c in joined if not all(u in dropped for u in c.users)}
         in_partition = {node for members in partitions for node in members}
         for node in graph.nodes:
             if (
@@ -336,7 +341,7 @@ class ComposerPartitioner(Partitioner):
             tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
         duplicated = tag_constants(
             exported_program,
-            support.wanted_constants | bounded.constants,
+            support.wanted_constants | joined,
             only_wanted=support.native,
         )
         owned = tag_state(exported_program, set(tags)) if self.backend.spec.keeps_state else {}

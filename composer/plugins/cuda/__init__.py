@@ -139,6 +139,8 @@ class CudaPlugin(AotiPlugin):
         safer_options={"triton_kernel_mode": "OFF"},
         # AOTInductor compiles delegate inputs as tensors: a size handed in arrives as None.
         sizes_from_shapes=True,
+        # Inductor compiles a graph of constants alone for the CPU (BackendSpec's doc).
+        needs_a_runtime_input=True,
     )
     inductor_device = "cuda"
     support_class = CudaOperatorSupport

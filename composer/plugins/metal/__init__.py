@@ -22,6 +22,8 @@ class MetalPlugin(AotiPlugin):
         keeps_state=True,
         # AOTInductor compiles delegate inputs as tensors: a size handed in arrives as None.
         sizes_from_shapes=True,
+        # Inductor compiles a graph of constants alone for the CPU (BackendSpec's doc).
+        needs_a_runtime_input=True,
     )
     inductor_device = "mps"
 
