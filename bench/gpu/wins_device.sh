@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call of gpu_wins.py: set up (bench/gpu_setup.sh, the CUDA runner carried in
 # bench/et_runtime/carry/runner.tar.xz), compose MODELS in processes of their own and time them;
-# wins.jsonl and the compose logs come back in $OUT. Carry .whl and bench/et_runtime/carry.
+# wins.jsonl and the compose logs come back in $OUT. Carry .whl and bench/et_runtime/carry
+# (and bench/et_runtime/vulkan/debs for Vulkan stacks).
 #   bash bench/gpu/wins_device.sh MODELS [gpu_wins.py device options]
 # On a machine still warm from an earlier call, /tmp/wins keeps that call's programs and caches:
 # `time` then times them again beside the new ones (how session 23 timed most models 2-3 times).
@@ -12,6 +13,15 @@ OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 tar -xJf bench/et_runtime/carry/runner.tar.xz -C / || exit 1
 source bench/gpu_setup.sh >/tmp/setup.log 2>&1 || { tail /tmp/setup.log; exit 1; }
 export COMPOSER_ET_RUNNER=/tmp/etb/build/composer_runner/composer_et_runner
+# Vulkan stacks: the runner built with ET_VULKAN=ON (carry/vk_runner.tar.xz, at the CUDA
+# runner's path inside it, so unpacked elsewhere) on NVIDIA's driver through its EGL ICD
+# (bench/et_runtime/vulkan/setup.sh; carry bench/et_runtime/vulkan/debs too).
+if [ -f bench/et_runtime/carry/vk_runner.tar.xz ] && [ -d bench/et_runtime/vulkan/debs ]; then
+  mkdir -p /tmp/vkr && tar -xJf bench/et_runtime/carry/vk_runner.tar.xz -C /tmp/vkr
+  source bench/et_runtime/vulkan/setup.sh >/tmp/vk_setup.log 2>&1 && vk_use nvidia-egl \
+    && export COMPOSER_VULKAN_RUNNER=/tmp/vkr/tmp/etb/build/composer_runner/composer_et_runner \
+    || { echo "Vulkan setup failed:"; tail -5 /tmp/vk_setup.log; }
+fi
 echo "wins_device: $(date -u +%FT%TZ) $(nproc) cores; $(nvidia-smi -L | head -1)"
 python3 bench/gpu/gpu_wins.py device --models "$models" --out /tmp/wins "$@"
 cp /tmp/wins/wins.jsonl "$OUT/" 2>/dev/null
