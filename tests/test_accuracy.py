@@ -233,6 +233,30 @@ def test_a_backends_safer_options_are_tried_before_its_nodes_move(xnnpack_one_pe
     assert composition.plan.nodes_on("carefulpack") == []
 
 
+class CarefulAboutAttention(CarefulPack):
+    """CarefulPack, its safer option changing attention alone (the cuda plugin's Triton)."""
+
+    spec = BackendSpec(
+        "carefulpack", "XnnpackBackend", safer_options={"kernels": "plain"},
+        safer_for=("aten.scaled_dot_product_attention.default",),
+    )  # fmt: skip
+
+
+def test_a_wrong_delegate_the_safer_options_cannot_change_moves_at_once(xnnpack_one_percent_high):
+    from plugins_for_tests import registry_with
+
+    model, inputs = wide()  # no attention: the option cannot change a delegate of it
+    progress: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", composer.ComposerWarning)
+        composition = composer.compose(model, "carefulpack", inputs, cache=False,
+                                       registry=registry_with(CarefulAboutAttention()),
+                                       progress=progress.append)  # fmt: skip
+    assert [r.options for r in composition.plan.repairs] == [None]
+    assert not any("trying carefulpack" in line for line in progress)
+    assert composition.plan.nodes_on("carefulpack") == []
+
+
 class WritesItsDtype(torch.nn.Module):
     """``.to(torch.float32)`` and an ``arange`` in float32: the exported graph names the dtype
     (``_to_copy``, ``_assert_tensor_metadata``), as export_llama's decoder does."""

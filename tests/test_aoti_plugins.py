@@ -503,3 +503,14 @@ def test_a_cuda_partition_never_reads_only_constants():
     assert dict(fallback.reasons)["cuda"].startswith(
         "left out: its partition would read only constants"
     )
+
+
+def test_cuda_declares_safer_for_the_ops_executorch_hands_to_triton():
+    # triton_kernel_mode=OFF changes only these: a failed partition without them moves at once
+    from executorch.backends.cuda.triton.replacement_pass import EDGE_TO_TRITON_KERNELS
+
+    from composer.contract.op_names import overload_of
+    from composer.plugins.cuda import TRITON_REPLACED
+
+    replaced = {str(overload_of(op)) for op in EDGE_TO_TRITON_KERNELS}
+    assert set(TRITON_REPLACED) == replaced

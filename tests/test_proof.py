@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 
+import attrs
 import pytest
 import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
@@ -352,6 +353,34 @@ def test_a_partition_that_fails_to_lower_is_lowered_again_with_its_backends_safe
     with pytest.raises(ComposerError, match="the fast kernels refuse this mask"):
         composer.compose(model, ["fussy", "xnnpack"], inputs, cache=False, placement="strict",
                          registry=registry_with(FussyPlugin()))  # fmt: skip
+
+
+class FussyAboutAttention(FussyPlugin):
+    """Fussy, with its safer option changing attention alone, as triton_kernel_mode=OFF
+    changes only the ops ExecuTorch hands to Triton."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec = attrs.evolve(
+            self.spec, safer_for=("aten.scaled_dot_product_attention.default",)
+        )
+
+
+def test_a_partition_the_safer_options_cannot_change_moves_at_once():
+    # corpus deit_tiny with xnnpack,cuda on an H100: a CUDA partition holding one expand failed
+    # to lower, and the repair first lowered all 26 CUDA partitions again with Triton off
+    # (about 240 s) though the partition had no op Triton would take.
+    model, inputs = zoo.load("mlp")
+    progress: list[str] = []
+    composition = composer.compose(model, ["fussy", "xnnpack"], inputs, cache=False,
+                                   registry=registry_with(FussyAboutAttention()),
+                                   progress=progress.append)  # fmt: skip
+    plan = composition.plan
+    (repair,) = plan.repairs
+    assert repair.options is None
+    assert not any("trying fussy" in line for line in progress)
+    assert any("moving fussy partition" in line for line in progress)
+    assert not plan.nodes_on("fussy")
 
 
 def test_a_node_a_repair_moved_says_so_where_it_fell_back(brittle_registry):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -85,7 +85,10 @@ class BackendSpec:
     ``safer_options``: options of this backend that trade speed for accuracy (the cuda
     plugin's ``{"triton_kernel_mode": "OFF"}``: no Triton SDPA): where one of its delegates
     computes wrong or fails at run time, the proof tries the stack with these set before it
-    moves the delegate's nodes to the next backend.
+    moves the delegate's nodes to the next backend. ``safer_for``: the ops whose lowering those
+    options change (the cuda plugin's: the ops ExecuTorch replaces with Triton kernels); a
+    failed partition holding none of them moves at once, with no second compile of every
+    partition (empty: the options may change any partition).
     ``sizes_from_shapes``: its delegates take tensors only, never a size as an int (the
     AOTInductor backends): composer gives each node that reads a dynamic input's size its
     own ``sym_size`` node before partitioning, so each delegate computes the size from the
@@ -112,9 +115,16 @@ class BackendSpec:
     safer_options: tuple[tuple[str, str], ...] = attrs.field(
         default=(), converter=lambda given: tuple(sorted(dict(given).items()))
     )
+    safer_for: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     sizes_from_shapes: bool = attrs.field(
         default=False, validator=attrs.validators.instance_of(bool)
     )
     needs_a_runtime_input: bool = attrs.field(
         default=False, validator=attrs.validators.instance_of(bool)
     )
+
+
+def safer_options_change(safer_for: Sequence[str], ops: Iterable[str]) -> bool:
+    """Whether a backend's safer options can change a partition of ``ops``
+    (``BackendSpec.safer_for``; empty: any partition)."""
+    return not safer_for or any(op in safer_for for op in ops)

@@ -35,6 +35,7 @@ def with_backend_facts(plan: Plan, resolved) -> Plan:
         libraries={b.name: b.spec.library for b in resolved if b.spec.library},
         safer_options={b.name: dict(b.spec.safer_options) for b in resolved
                        if b.spec.safer_options},
+        safer_for={b.name: b.spec.safer_for for b in resolved if b.spec.safer_for},
     )  # fmt: skip
 
 

@@ -5,13 +5,14 @@ with composer's partitioners; a clear ComposerError when ExecuTorch fails.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import attrs
 import torch
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
 from torch.export import ExportedProgram
 
+from composer.contract.backend_spec import safer_options_change
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed
 from composer.lower.compiler_raised import CompilerRaised, said
 from composer.lower.export import parameters_written, parameters_written_error
@@ -187,7 +188,14 @@ def _lowering_error(
     if not handed:
         return PluginError(message)
     everything = {name: name for partition in handed for name, _ in partition}
-    safer = dict(current.backend.spec.safer_options)
+    spec = current.backend.spec
+    ops = {name: op for partition in handed for name, op in partition}
+
+    def safer(failed: Iterable[str]) -> dict[str, str]:
+        # options that cannot change the failed partitions would only compile them all again
+        changes = safer_options_change(spec.safer_for, (ops[n] for n in failed))
+        return dict(spec.safer_options) if changes else {}
+
     if raised is not None and raised.nodes.keys() <= everything.keys():
         # What composer handed the compiler when it raised.
         return PreprocessFailed(
@@ -196,7 +204,7 @@ def _lowering_error(
             tuple(raised.nodes),
             raised.nodes,
             tuple((tuple(nodes), said(failed)) for nodes, failed in raised.failures),
-            safer,
+            safer(raised.nodes),
         )
     # ExecuTorch's own lowering raised, around the compiler: every partition handed over
     # moves, and the repaired program is proven again (the plan's repairs say so).
@@ -207,5 +215,5 @@ def _lowering_error(
         tuple(everything),
         everything,
         ((tuple(everything), f"{happened} {unknown}"),),
-        safer,
+        safer(everything),
     )

@@ -15,6 +15,7 @@ from typing import NoReturn
 
 import attrs
 
+from composer.contract.backend_spec import safer_options_change
 from composer.contract.errors import (
     ComposerError,
     ComposerWarning,
@@ -83,7 +84,7 @@ def composed_and_proven(
                 if not error.culprits or stack.placement == "strict":
                     _raise_with_tried(error, failed)
                 culprits = list(error.culprits)
-                declared = composition.plan.safer_options
+                declared = _changing(composition.plan, culprits)
             else:
                 return _finished(composition, failed, proof.describe())
         safer = _safer_options(declared, culprits, current)
@@ -173,6 +174,19 @@ def _safer_options(
         if declared and any(given.get(k) != v for k, v in declared.items()):
             found[culprit.backend] = dict(declared)
     return found
+
+
+def _changing(plan, culprits: Sequence[Culprit]) -> dict[str, dict[str, str]]:
+    """The plan's safer options (backend -> options) that can change a culprit's partition
+    (``BackendSpec.safer_for``)."""
+    return {
+        c.backend: plan.safer_options[c.backend]
+        for c in culprits
+        if c.backend in plan.safer_options
+        and safer_options_change(
+            plan.safer_for.get(c.backend, ()), (plan.node_ops.get(n, "") for n in c.nodes)
+        )
+    }
 
 
 def _words(options) -> str:

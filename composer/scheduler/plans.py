@@ -108,6 +108,8 @@ class Plan:
     quantization: Tolerance | None = None
     # backend -> the options it declares safer (BackendSpec.safer_options; not in to_json)
     safer_options: dict[str, dict[str, str]] = attrs.field(factory=dict, eq=False)
+    # backend -> the ops those options change (BackendSpec.safer_for; not in to_json)
+    safer_for: dict[str, tuple[str, ...]] = attrs.field(factory=dict, eq=False)
     # node -> what each backend, in order, answered when offered it (not in to_json)
     decisions: dict[str, tuple[tuple[str, str], ...]] = attrs.field(factory=dict, eq=False)
 
@@ -218,7 +220,7 @@ class Plan:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
         """The plan ``to_dict`` wrote (``summary``, ``op_counts`` and ``quantized`` are read off
-        the rest; ``safer_options`` and ``decisions`` are not in the JSON)."""
+        the rest; ``safer_options``, ``safer_for`` and ``decisions`` are not in the JSON)."""
         nodes = data["nodes"]
         node_ops = {name: node["op"] for name, node in nodes.items()}
         quantization = data.get("quantization")

@@ -23,6 +23,9 @@ from composer.contract.options import Option
 from composer.plugins.aoti import AotiOperatorSupport, AotiPlugin
 
 ON_OFF = ("ON", "OFF")
+# The ops triton_kernel_mode=ON hands to ExecuTorch's Triton kernels (ExecuTorch 1.5.1's
+# backends/cuda/triton/replacement_pass.py, EDGE_TO_TRITON_KERNELS): OFF changes no other.
+TRITON_REPLACED = ("aten.scaled_dot_product_attention.default", "aten.topk.default")
 
 
 # The views ExecuTorch's AOTInductor lowering hands Inductor as views
@@ -137,6 +140,7 @@ class CudaPlugin(AotiPlugin):
         # wrong (issue 41's bf16 encoder: 58x eager's error at length 3): off, SDPA is left to
         # the next backend and the rest stays on the GPU.
         safer_options={"triton_kernel_mode": "OFF"},
+        safer_for=TRITON_REPLACED,
         # AOTInductor compiles delegate inputs as tensors: a size handed in arrives as None.
         sizes_from_shapes=True,
         # Inductor compiles a graph of constants alone for the CPU (BackendSpec's doc).
