@@ -26,15 +26,19 @@ def run_at_most(
         over = end is not None and now > end
         if over:
             waiting = []
-        for proc, deadline in running:
+        for proc, deadline, log in running:
             if over or (deadline is not None and now > deadline):
                 proc.kill()
                 proc.wait()
-        running = [(proc, deadline) for proc, deadline in running if proc.poll() is None]
+                with open(log, "a") as out:  # else a cut process leaves no trace of why
+                    limit = "the call's total" if over else f"its {each:g} s"
+                    out.write(f"\nrun_at_most: killed at {limit} limit\n")
+        running = [(proc, deadline, log) for proc, deadline, log in running
+                   if proc.poll() is None]  # fmt: skip
         while waiting and len(running) < parallel:
             argv, log = waiting.pop(0)
             with open(log, "w") as out:
                 proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-            running.append((proc, None if each is None else time.time() + each))
+            running.append((proc, None if each is None else time.time() + each, log))
         if running:
             time.sleep(1)
