@@ -10,6 +10,7 @@ import composer
 from composer.contract.errors import BackendListError, ComposerError
 from composer.models import zoo
 from composer.plugins.aoti import becomes_fallback_kernel
+from composer.plugins.cuda import PAST_START
 from composer.plugins.cuda import plugin as cuda_plugin
 from composer.registry.discovery import default_registry
 from composer.report.html import render_html
@@ -328,6 +329,25 @@ def test_a_view_that_is_not_contiguous_never_leaves_a_cuda_delegate():
         "a view that starts past its tensor's fir",  # y[:, 1]
         "a view whose elements are not contiguous",  # y[:, :, 0]
     ]
+
+
+class _CopiesOfViews(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        return y[0:1].squeeze(0) + 1, y[2:3].squeeze(0), y[1:2].permute(0, 2, 1)
+
+
+def test_a_copy_of_a_view_that_inductor_keeps_a_view_never_leaves_a_cuda_delegate():
+    """corpus deit_tiny with xnnpack,cuda on an H200: attention's v, a squeeze_copy of qkv's
+    third slice, left a CUDA delegate at storage offset 6528 ("SlimTensor storage_offset must
+    be 0, got 6528"). A squeeze_copy is a squeeze and a contiguous clone for Inductor, which
+    drops the clone as a no-op where the strides already are contiguous; a permute's clone
+    changes the strides and stays a copy."""
+    plan = composer.plan(_CopiesOfViews(), ["cuda"], (torch.randn(3, 2, 4),), cache=False)
+    assert plan.ops_on("portable") == {"aten.slice_copy.Tensor": 1, "aten.squeeze_copy.dim": 1}
+    assert plan.ops_on("cuda")["aten.permute_copy.default"] == 1
+    for fallback in plan.fallbacks:
+        assert dict(fallback.reasons)["cuda"].endswith(PAST_START)
 
 
 def test_planning_with_cuda_says_nothing_of_ops_executorch_would_not_keep_whole(caplog):

@@ -29,11 +29,23 @@ TRITON_REPLACED = ("aten.scaled_dot_product_attention.default", "aten.topk.defau
 
 
 # The views ExecuTorch's AOTInductor lowering hands Inductor as views
-# (executorch.backends.aoti.passes.replace_view_copy_with_view: select, slice, split); the other
-# edge *_copy ops stay copies, contiguous. (A split_with_sizes or unbind piece too: zoo gru's
-# gate splits left a CUDA delegate at a storage offset on the H100.)
+# (executorch.backends.aoti.passes.replace_view_copy_with_view: select, slice, split). (A
+# split_with_sizes or unbind piece too: zoo gru's gate splits left a CUDA delegate at a
+# storage offset on the H100.)
 _VIEWS = frozenset({"select_copy", "slice_copy", "narrow_copy", "split_copy",
                     "split_with_sizes_copy", "unbind_copy"})  # fmt: skip
+# The other edge view copies decompose into the view and a contiguous clone (torch._refs'
+# _make_copy_from_view), and Inductor's remove_noop_ops drops a clone whose sizes and strides
+# are its input's, whatever the storage offset: a copy of a view already contiguous is that
+# view. deit_tiny's v, a `squeeze_copy` of qkv's third `slice_copy`, left a CUDA delegate at
+# storage offset 6528 on an H200. A clone that changes strides (of a permute) is a copy.
+_CLONED_VIEWS = frozenset({"view_copy", "squeeze_copy", "unsqueeze_copy", "permute_copy",
+                           "transpose_copy", "t_copy", "expand_copy", "alias_copy",
+                           "detach_copy", "diagonal_copy", "unfold_copy"})  # fmt: skip
+# Of those, the ones that keep the layout of what they view (where sizes are symbolic, such a
+# copy is taken to be the view; the others, to be a copy).
+_LAYOUT_KEEPING = frozenset({"view_copy", "squeeze_copy", "unsqueeze_copy", "alias_copy",
+                             "detach_copy", "expand_copy"})  # fmt: skip
 # Where they start (a split or unbind starts past its tensor's start from its second piece on).
 _START_ARGUMENT = {"select_copy": (2, "index"), "slice_copy": (2, "start"),
                    "narrow_copy": (2, "start")}  # fmt: skip
@@ -67,15 +79,16 @@ class CudaOperatorSupport(AotiOperatorSupport):
 
 def _view_layout(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> str | None:
     """Why ``node``, through views in ``partition`` of a tensor made there or handed in,
-    cannot leave a CUDA delegate: replayed on a contiguous tensor of its base's size, it
-    starts past the first element or is not contiguous. ``None`` where it can."""
+    cannot leave a CUDA delegate: replayed on a contiguous tensor of its base's size as
+    Inductor compiles it, it starts past the first element or is not contiguous. ``None``
+    where it can."""
     steps: list[tuple[Any, torch.fx.Node]] = []  # (view op or None for a piece, node)
     while node in partition and node.op == "call_function":
         if node.target is operator.getitem:
             steps.append((None, node))
         else:
             op = overload_of(node.target)
-            if op is None or op.overloadpacket.__name__ not in _VIEWS:
+            if op is None or op.overloadpacket.__name__ not in _VIEWS | _CLONED_VIEWS:
                 break
             steps.append((op, node))
         node = node.args[0]
@@ -90,8 +103,13 @@ def _view_layout(node: torch.fx.Node, partition: Container[torch.fx.Node]) -> st
             if op is None:
                 view = view[step.args[1]]
                 continue
-            viewing = getattr(torch.ops.aten, op.overloadpacket.__name__.removesuffix("_copy"))
+            name = op.overloadpacket.__name__
+            viewing = getattr(torch.ops.aten, name.removesuffix("_copy"))
             view = getattr(viewing, op._overloadname)(view, *step.args[1:], **step.kwargs)
+            if name in _CLONED_VIEWS:  # and its clone, unless a no-op
+                copied = torch.empty(tuple(view.shape), dtype=view.dtype, device="meta")
+                if copied.stride() != view.stride():
+                    view = copied
     except Exception:  # noqa: BLE001 - arguments the view twin refuses: judged by name
         return _by_name(steps)
     if view.storage_offset() != 0:
@@ -111,6 +129,10 @@ def _by_name(steps: list[tuple[Any, torch.fx.Node]]) -> str | None:
             piece = node.args[1]
             continue
         name = op.overloadpacket.__name__
+        if name in _LAYOUT_KEEPING:
+            continue  # the view itself: it starts where its input does, as contiguous
+        if name in _CLONED_VIEWS:
+            return None  # a permute...: copied, contiguous from the start
         if name in _START_ARGUMENT:
             position, keyword = _START_ARGUMENT[name]
             start = node.args[position] if len(node.args) > position else node.kwargs.get(keyword)
