@@ -315,7 +315,8 @@ class ComposerPartitioner(Partitioner):
             partitions, dropped = reading_an_input(partitions, constants)
             for node in dropped:
                 declined[node.name] = f"left out: {CONSTANTS_ONLY}"
-            joined = {c for c in joined if not all(u in dropped for u in c.users)}
+            kept = {node for members in partitions for node in members}
+            joined = {c for c in joined if any(user in kept for user in c.users)}
         in_partition = {node for members in partitions for node in members}
         for node in graph.nodes:
             if (
