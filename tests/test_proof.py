@@ -17,8 +17,9 @@ import composer
 from composer import BackendSpec, ComposerError
 from composer.contract.hookspecs import hookimpl
 from composer.models import zoo
+from composer.pipeline.proven import pinned_off
 from composer.report.plan_text import summary_table
-from composer.run.proof import _named_by_the_runtime, localize
+from composer.run.proof import _culprit, _named_by_the_runtime, localize, missing_operator_nodes
 
 
 class BrittleBackend(BackendDetails):
@@ -457,3 +458,45 @@ def test_a_backend_lowering_every_partition_at_once_moves_only_the_one_that_fail
     assert repair.why == "failed to lower: ValueError: this compiler cannot build aten.add"
     assert plan.nodes_on("all_at_once") == ["aten_relu_default"]
     assert "aten_add_tensor" in plan.nodes_on("xnnpack")
+
+
+# What ExecuTorch's Vulkan runtime logged on an H200 (corpus bert, vulkan,xnnpack, session 24)
+_NO_LOGICAL_NOT = (
+    "failed at run time: ExecuTorch C++ runtime failed: exit status -6; it logged: In function "
+    "build_graph(), assert failed (VK_HAS_OP(op_name)): Missing operator: "
+    "aten.logical_not.default"
+)
+
+
+def test_a_delegate_whose_runtime_lacks_an_op_gives_up_only_that_op():
+    # corpus bert, gpt2, llama and deit_tiny with vulkan on an H200: ExecuTorch 1.5.1's Vulkan
+    # partitioner claims logical_not, its runtime has no kernel for it, and every Vulkan
+    # delegate holding one died at load; the repair moved whole partitions (48 nodes for one
+    # logical_not) to portable kernels. The runtime names the op: only its nodes move.
+    model, inputs = zoo.load("transformer_block")
+    stack = composer.Stack(["vulkan", "xnnpack"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", composer.ComposerWarning)  # no Vulkan runtime here
+        composition = composer.compose(model, stack, inputs, cache=False)
+    plan = composition.plan
+    reference = composition.reference
+    delegates = [node.args[0].target for node in reference.graph.nodes
+                 if getattr(node.target, "__name__", "") == "executorch_call_delegate"]  # fmt: skip
+    culprits = [_culprit(reference, plan, name, _NO_LOGICAL_NOT) for name in delegates]
+    holding = {p.id: p for p in plan.partitions if "aten.logical_not.default" in p.ops}
+    assert holding and all(len(p.nodes) > 1 for p in holding.values())
+    moved = [n for c in culprits if c.partition in holding for n in c.nodes]
+    assert {plan.node_ops[n] for n in moved} == {"aten.logical_not.default"}
+    repaired = composer.plan(model, pinned_off(stack, [("vulkan", moved)]), inputs, cache=False)
+    assert "aten.logical_not.default" not in repaired.ops_on("vulkan")
+    assert (
+        repaired.ops_on("vulkan")["aten.linear.default"]
+        == plan.ops_on("vulkan")["aten.linear.default"]
+    )
+    # a failure that names no op, or an op the partition lacks, moves the whole partition
+    whole = {p.id: p.nodes for p in plan.partitions}
+    assert all(tuple(c.nodes) == tuple(whole[c.partition]) for c in culprits
+               if c.partition not in holding)  # fmt: skip
+    nodes = next(iter(holding.values())).nodes
+    assert missing_operator_nodes("failed at run time: exit status -6", nodes,
+                                  plan.node_ops) == tuple(nodes)  # fmt: skip

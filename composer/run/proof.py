@@ -255,8 +255,24 @@ def _culprit(reference: Any, plan: Plan, lowered_name: str, why: str) -> Culprit
         return None
     nodes = next(p.nodes for p in plan.partitions if p.id == partition)
     backend = next(p.backend for p in plan.partitions if p.id == partition)
+    nodes = missing_operator_nodes(why, nodes, plan.node_ops)
     origins = {name: origin_name(inside[name]) for name in nodes if name in inside}
     return Culprit(backend, partition, tuple(nodes), why, origins)
+
+
+_MISSING_OPERATOR = re.compile(r"Missing operator: ([\w.]+)")
+
+
+def missing_operator_nodes(
+    why: str, nodes: Sequence[str], node_ops: Mapping[str, str]
+) -> tuple[str, ...]:
+    """Of a failed delegate's ``nodes``, those that must move: where its runtime said it has no
+    kernel for an op (ExecuTorch's Vulkan runtime: "Missing operator:
+    aten.logical_not.default", an op its 1.5.1 partitioner claims), the nodes of that op, and
+    the rest stay on the backend; otherwise all of them."""
+    found = _MISSING_OPERATOR.search(why)
+    missing = [n for n in nodes if found is not None and node_ops.get(n) == found[1]]
+    return tuple(missing or nodes)
 
 
 _FAILED_CALL = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+)")
