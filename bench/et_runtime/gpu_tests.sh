@@ -10,6 +10,8 @@
 # Logs go to $OUT (at most 8 files); the runner too (runner.tar.xz), for a later call to carry
 # as bench/et_runtime/carry/. Carry bench/et_runtime/src and .whl (see README.md here).
 #   set -o pipefail; LIMIT=570 bash bench/et_runtime/gpu_tests.sh 2>&1 | tee $OUT/log
+# PYTEST_ONLY=1 skips (b) and (c) (about 230 s with CUDA's autotuning), leaving the whole call
+# to (a), which needs about 560 s with the runner (session 24: 320 s for five of its tests).
 set -uo pipefail
 start=$(date +%s)
 LIMIT="${LIMIT:-570}"
@@ -60,6 +62,10 @@ host_tests() {
 
 if [ -x "$runner" ]; then
   export COMPOSER_ET_RUNNER=$runner
+fi
+# The Vulkan runner's tests of (a), where it and bench/et_runtime/vulkan/debs are carried.
+source bench/et_runtime/vulkan/use_runner.sh
+if [ -x "$runner" ] && [ -z "${PYTEST_ONLY:-}" ]; then
   echo "--- (b) $(left) s left; COMPOSER_ET_RUNNER=$COMPOSER_ET_RUNNER"
   mkdir -p /tmp/b
   ( cd /tmp/b
@@ -85,6 +91,8 @@ result = composition.verify()
 print("verify():", result)
 print("executor:", result.executor, "| max_abs_error:", result.max_abs_error, "| ok:", result.ok)
 EOF2
+fi
+if [ -x "$runner" ]; then
   host_tests
   echo "--- (a) $(left) s left: pytest tests/test_gpu.py tests/test_cpp_runtime.py -m gpu"
   timeout "$(at_most 15)" "${PYTEST[@]}" tests/test_gpu.py tests/test_cpp_runtime.py \

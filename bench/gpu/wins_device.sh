@@ -13,15 +13,7 @@ OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 tar -xJf bench/et_runtime/carry/runner.tar.xz -C / || exit 1
 source bench/gpu_setup.sh >/tmp/setup.log 2>&1 || { tail /tmp/setup.log; exit 1; }
 export COMPOSER_ET_RUNNER=/tmp/etb/build/composer_runner/composer_et_runner
-# Vulkan stacks: the runner built with ET_VULKAN=ON (carry/vk_runner.tar.xz, at the CUDA
-# runner's path inside it, so unpacked elsewhere) on NVIDIA's driver through its EGL ICD
-# (bench/et_runtime/vulkan/setup.sh; carry bench/et_runtime/vulkan/debs too).
-if [ -f bench/et_runtime/carry/vk_runner.tar.xz ] && [ -d bench/et_runtime/vulkan/debs ]; then
-  mkdir -p /tmp/vkr && tar -xJf bench/et_runtime/carry/vk_runner.tar.xz -C /tmp/vkr
-  source bench/et_runtime/vulkan/setup.sh >/tmp/vk_setup.log 2>&1 && vk_use nvidia-egl \
-    && export COMPOSER_VULKAN_RUNNER=/tmp/vkr/tmp/etb/build/composer_runner/composer_et_runner \
-    || { echo "Vulkan setup failed:"; tail -5 /tmp/vk_setup.log; }
-fi
+source bench/et_runtime/vulkan/use_runner.sh  # Vulkan stacks: carry bench/et_runtime/vulkan/debs
 echo "wins_device: $(date -u +%FT%TZ) $(nproc) cores; $(nvidia-smi -L | head -1)"
 python3 bench/gpu/gpu_wins.py device --models "$models" --out /tmp/wins "$@"
 cp /tmp/wins/wins.jsonl "$OUT/" 2>/dev/null
