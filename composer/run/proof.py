@@ -261,6 +261,9 @@ def _culprit(reference: Any, plan: Plan, lowered_name: str, why: str) -> Culprit
 
 
 _MISSING_OPERATOR = re.compile(r"Missing operator: ([\w.]+)")
+# A binary op's shader it lacks (gpt2's int mask: "Could not find ShaderInfo with name
+# binary_eq_texture3d_int32"): that op, in any overload
+_MISSING_SHADER = re.compile(r"ShaderInfo with name binary_([a-z]+)_(?:texture|buffer)")
 
 
 def missing_operator_nodes(
@@ -268,10 +271,15 @@ def missing_operator_nodes(
 ) -> tuple[str, ...]:
     """Of a failed delegate's ``nodes``, those that must move: where its runtime said it has no
     kernel for an op (ExecuTorch's Vulkan runtime: "Missing operator:
-    aten.logical_not.default", an op its 1.5.1 partitioner claims), the nodes of that op, and
-    the rest stay on the backend; otherwise all of them."""
-    found = _MISSING_OPERATOR.search(why)
-    missing = [n for n in nodes if found is not None and node_ops.get(n) == found[1]]
+    aten.logical_not.default", an op its 1.5.1 partitioner claims, or no shader for a binary
+    op's dtype), the nodes of that op, and the rest stay on the backend; otherwise all of
+    them."""
+    if found := _MISSING_OPERATOR.search(why):
+        missing = [n for n in nodes if node_ops.get(n) == found[1]]
+    elif found := _MISSING_SHADER.search(why):
+        missing = [n for n in nodes if node_ops.get(n, "").startswith(f"aten.{found[1]}.")]
+    else:
+        missing = []
     return tuple(missing or nodes)
 
 
