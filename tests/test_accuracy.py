@@ -214,23 +214,29 @@ class CarefulPack(HalfPack):
         return [Option("kernels", choices=("fast", "plain"), default="fast", help="kernels")]
 
 
-def test_a_backends_safer_options_are_tried_before_its_nodes_move(xnnpack_one_percent_high):
+def _careful_wide(plugin: CarefulPack) -> tuple[composer.Plan, list[str]]:
+    """``wide()`` composed with ``plugin`` alone: its plan, and the progress said."""
     from plugins_for_tests import registry_with
 
-    model, inputs = wide()
+    model, inputs = wide()  # no attention
     progress: list[str] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", composer.ComposerWarning)
         composition = composer.compose(model, "carefulpack", inputs, cache=False,
-                                       registry=registry_with(CarefulPack()),
+                                       registry=registry_with(plugin),
                                        progress=progress.append)  # fmt: skip
-    repairs = composition.plan.repairs
+    return composition.plan, progress
+
+
+def test_a_backends_safer_options_are_tried_before_its_nodes_move(xnnpack_one_percent_high):
+    plan, progress = _careful_wide(CarefulPack())
+    repairs = plan.repairs
     # the option changes nothing here (the fault is in every XNNPACK delegate), so the nodes
     # move after it was tried
     assert [r.options for r in repairs] == [{"kernels": "plain"}, None]
     assert any("trying carefulpack with kernels=plain" in line for line in progress)
-    assert "tried kernels=plain" in summary_table(composition.plan)
-    assert composition.plan.nodes_on("carefulpack") == []
+    assert "tried kernels=plain" in summary_table(plan)
+    assert plan.nodes_on("carefulpack") == []
 
 
 class CarefulAboutAttention(CarefulPack):
@@ -243,18 +249,10 @@ class CarefulAboutAttention(CarefulPack):
 
 
 def test_a_wrong_delegate_the_safer_options_cannot_change_moves_at_once(xnnpack_one_percent_high):
-    from plugins_for_tests import registry_with
-
-    model, inputs = wide()  # no attention: the option cannot change a delegate of it
-    progress: list[str] = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", composer.ComposerWarning)
-        composition = composer.compose(model, "carefulpack", inputs, cache=False,
-                                       registry=registry_with(CarefulAboutAttention()),
-                                       progress=progress.append)  # fmt: skip
-    assert [r.options for r in composition.plan.repairs] == [None]
+    plan, progress = _careful_wide(CarefulAboutAttention())  # the option changes no delegate
+    assert [r.options for r in plan.repairs] == [None]
     assert not any("trying carefulpack" in line for line in progress)
-    assert composition.plan.nodes_on("carefulpack") == []
+    assert plan.nodes_on("carefulpack") == []
 
 
 class WritesItsDtype(torch.nn.Module):

@@ -338,19 +338,25 @@ class FussyPlugin(BrittlePlugin):
         return [CompileSpec("kernels", options["kernels"].encode())]
 
 
-def test_a_partition_that_fails_to_lower_is_lowered_again_with_its_backends_safer_options():
+def _fussy_mlp(plugin: FussyPlugin) -> tuple[composer.Plan, list[str]]:
+    """zoo mlp composed with ``plugin`` before XNNPACK: its plan, and the progress said."""
     model, inputs = zoo.load("mlp")
     progress: list[str] = []
     composition = composer.compose(model, ["fussy", "xnnpack"], inputs, cache=False,
-                                   registry=registry_with(FussyPlugin()),
+                                   registry=registry_with(plugin),
                                    progress=progress.append)  # fmt: skip
-    plan = composition.plan
+    return composition.plan, progress
+
+
+def test_a_partition_that_fails_to_lower_is_lowered_again_with_its_backends_safer_options():
+    plan, progress = _fussy_mlp(FussyPlugin())
     (repair,) = plan.repairs
     assert repair.options == {"kernels": "plain"}
     assert repair.why.startswith("failed to lower: ValueError: the fast kernels refuse")
     assert any("trying fussy with kernels=plain" in line for line in progress)
     assert plan.nodes_on("fussy")  # its nodes stayed
     # strict placement moves nothing and sets nothing: the failure is the user's to see
+    model, inputs = zoo.load("mlp")
     with pytest.raises(ComposerError, match="the fast kernels refuse this mask"):
         composer.compose(model, ["fussy", "xnnpack"], inputs, cache=False, placement="strict",
                          registry=registry_with(FussyPlugin()))  # fmt: skip
@@ -371,12 +377,7 @@ def test_a_partition_the_safer_options_cannot_change_moves_at_once():
     # corpus deit_tiny with xnnpack,cuda on an H100: a CUDA partition holding one expand failed
     # to lower, and the repair first lowered all 26 CUDA partitions again with Triton off
     # (about 240 s) though the partition had no op Triton would take.
-    model, inputs = zoo.load("mlp")
-    progress: list[str] = []
-    composition = composer.compose(model, ["fussy", "xnnpack"], inputs, cache=False,
-                                   registry=registry_with(FussyAboutAttention()),
-                                   progress=progress.append)  # fmt: skip
-    plan = composition.plan
+    plan, progress = _fussy_mlp(FussyAboutAttention())
     (repair,) = plan.repairs
     assert repair.options is None
     assert not any("trying fussy" in line for line in progress)
