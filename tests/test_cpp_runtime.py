@@ -124,6 +124,9 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
     for repair in plan.repairs:
         assert "has no VulkanBackend" not in repair.why, repair.why
         assert cpp_runtime.EXECUTOR in repair.why
+        if "Missing operator: aten.logical_not.default" in repair.why:
+            # only the op the runtime lacks moves; the rest of its partition stays on Vulkan
+            assert all(n.startswith("aten_logical_not") for n in repair.nodes), repair.nodes
     assert composition.verify().ok
 
 
