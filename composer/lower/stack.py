@@ -187,9 +187,9 @@ def _lowering_error(
     message = f"{who} failed to lower: {raiser} raised {happened}"
     if not handed:
         return PluginError(message)
-    everything = {name: name for partition in handed for name, _ in partition}
-    spec = current.backend.spec
     ops = {name: op for partition in handed for name, op in partition}
+    everything = {name: name for name in ops}
+    spec = current.backend.spec
 
     def safer(failed: Iterable[str]) -> dict[str, str]:
         # options that cannot change the failed partitions would only compile them all again

@@ -315,9 +315,8 @@ class ComposerPartitioner(Partitioner):
             partitions, dropped = reading_an_input(partitions, constants)
             for node in dropped:
                 declined[node.name] = f"left out: {CONSTANTS_ONLY}"
-            kept = {node for members in partitions for node in members}
-            joined = {c for c in joined if any(user in kept for user in c.users)}
         in_partition = {node for members in partitions for node in members}
+        joined = {c for c in joined if any(user in in_partition for user in c.users)}
         for node in graph.nodes:
             if (
                 node.op == "call_function"
