@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from deit_parts import ClassToken, SqueezedSlices
 from torch import nn
 
 import composer
@@ -316,8 +317,8 @@ def test_a_view_that_is_not_contiguous_never_leaves_a_cuda_delegate():
     handing out the selective scan's x[:, :, i]. ExecuTorch's lowering makes selects, slices
     and splits views for Inductor; each is replayed on its tensor's size."""
     plan = composer.plan(_InnerViews(), ["cuda"], (torch.randn(1, 3, 4),), cache=False)
-    # y[:, 0] of a (1, 3, 4) tensor is 4 elements in a row at offset 0; a transpose and an
-    # unsqueeze are copies there (only selects, slices and splits become views)
+    # y[:, 0] of a (1, 3, 4) tensor is 4 elements in a row at offset 0; y.unsqueeze(0) is y
+    # itself, contiguous at 0, and a transpose is copied (its clone changes the strides)
     assert plan.ops_on("cuda") == {
         "aten.relu.default": 1, "aten.select_copy.int": 1, "aten.unsqueeze_copy.default": 1,
         "aten.transpose_copy.int": 1,
@@ -331,19 +332,13 @@ def test_a_view_that_is_not_contiguous_never_leaves_a_cuda_delegate():
     ]
 
 
-class _CopiesOfViews(nn.Module):
-    def forward(self, x):
-        y = torch.relu(x)
-        return y[0:1].squeeze(0) + 1, y[2:3].squeeze(0), y[1:2].permute(0, 2, 1)
-
-
 def test_a_copy_of_a_view_that_inductor_keeps_a_view_never_leaves_a_cuda_delegate():
     """corpus deit_tiny with xnnpack,cuda on an H200: attention's v, a squeeze_copy of qkv's
     third slice, left a CUDA delegate at storage offset 6528 ("SlimTensor storage_offset must
     be 0, got 6528"). A squeeze_copy is a squeeze and a contiguous clone for Inductor, which
     drops the clone as a no-op where the strides already are contiguous; a permute's clone
     changes the strides and stays a copy."""
-    plan = composer.plan(_CopiesOfViews(), ["cuda"], (torch.randn(3, 2, 4),), cache=False)
+    plan = composer.plan(SqueezedSlices(), ["cuda"], (torch.randn(3, 2, 4),), cache=False)
     assert plan.ops_on("portable") == {"aten.slice_copy.Tensor": 1, "aten.squeeze_copy.dim": 1}
     assert plan.ops_on("cuda")["aten.permute_copy.default"] == 1
     for fallback in plan.fallbacks:
@@ -493,26 +488,12 @@ def test_a_size_never_crosses_a_cuda_delegates_boundary():
     )
 
 
-class _ClassToken(nn.Module):
-    """deit's first tokens: a class token, a parameter expanded to the batch, before the
-    patches."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = nn.Linear(8, 16)
-        self.cls_token = nn.Parameter(torch.randn(1, 1, 16))
-
-    def forward(self, x):
-        tokens = self.cls_token.expand(x.shape[0], -1, -1)
-        return torch.cat([tokens, self.embed(x)], dim=1).relu()
-
-
 def test_a_cuda_partition_never_reads_only_constants():
     """corpus deit_tiny with xnnpack,cuda on an H100: XNNPACK left the class token's expand,
     CUDA took it alone, and AOTInductor refused the partition ("Mixed-device constants are
     only supported when the secondary device is CPU. Model device is 'cpu', but constant
     'cls_token' is on device 'cuda:0'"): a graph that reads no input compiles for the CPU."""
-    plan = composer.plan(_ClassToken().eval(), ["xnnpack", "cuda"], (torch.randn(1, 4, 8),),
+    plan = composer.plan(ClassToken().eval(), ["xnnpack", "cuda"], (torch.randn(1, 4, 8),),
                          cache=False)  # fmt: skip
     assert plan.ops_on("xnnpack") == {
         "aten.linear.default": 1, "aten.cat.default": 1, "aten.relu.default": 1,

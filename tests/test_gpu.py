@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+from deit_parts import ClassToken, SqueezedSlices
 
 import composer
 from composer.models import zoo
@@ -271,28 +272,6 @@ def test_a_program_of_methods_without_forward_is_proven_method_by_method_in_the_
     assert f"latency in the {cpp_runtime.EXECUTOR}, 5 calls" in out
 
 
-class _SqueezedSlices(torch.nn.Module):
-    """deit_tiny's v: a squeeze_copy of a slice past its tensor's start, which Inductor hands
-    out as that slice (its clone dropped as a no-op), beside a permute, which it copies."""
-
-    def forward(self, x):
-        y = torch.relu(x)
-        return y[0:1].squeeze(0) + 1, y[2:3].squeeze(0), y[1:2].permute(0, 2, 1)
-
-
-class _ClassToken(torch.nn.Module):
-    """deit_tiny's first tokens: a class token expanded to the batch, before the patches."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Linear(8, 16)
-        self.cls_token = torch.nn.Parameter(torch.randn(1, 1, 16))
-
-    def forward(self, x):
-        tokens = self.cls_token.expand(x.shape[0], -1, -1)
-        return torch.cat([tokens, self.embed(x)], dim=1).relu()
-
-
 @pytest.mark.skipif(
     not ET_RUNNER,
     reason="needs ExecuTorch's C++ runtime built (bench/et_runtime/build.sh), named by "
@@ -303,10 +282,10 @@ class _ClassToken(torch.nn.Module):
     [
         # corpus deit_tiny with xnnpack,cuda on an H200: "SlimTensor storage_offset must be 0,
         # got 6528" at instruction 3
-        (_SqueezedSlices(), ["cuda"], (torch.randn(3, 2, 4),)),
+        (SqueezedSlices(), ["cuda"], (torch.randn(3, 2, 4),)),
         # the class token's expand alone on CUDA: "Mixed-device constants are only supported
         # when the secondary device is CPU"
-        (_ClassToken(), ["xnnpack", "cuda"], (torch.randn(1, 4, 8),)),
+        (ClassToken(), ["xnnpack", "cuda"], (torch.randn(1, 4, 8),)),
     ],
     ids=["squeezed_slices", "class_token"],
 )
