@@ -122,8 +122,11 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
     assert plan.nodes_on("vulkan"), summary_table(plan)
     assert plan.repairs
     for repair in plan.repairs:
+        # Each delegate ran alone in the runner: one it failed says so, one that ran and
+        # computed wrong was judged against fp64 (on the H200, Vulkan's attention partition:
+        # rmse 4.2e-05 where dynamo's rule allows 1.02e-05).
         assert "has no VulkanBackend" not in repair.why, repair.why
-        assert cpp_runtime.EXECUTOR in repair.why
+        assert cpp_runtime.EXECUTOR in repair.why or "against fp64" in repair.why, repair.why
         if "Missing operator: aten.logical_not.default" in repair.why:
             # only the op the runtime lacks moves; the rest of its partition stays on Vulkan
             assert all(n.startswith("aten_logical_not") for n in repair.nodes), repair.nodes

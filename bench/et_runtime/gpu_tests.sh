@@ -8,10 +8,12 @@
 #   (c) Composition.verify() of that program, from Python
 #   (a) python3 -m pytest tests/test_gpu.py tests/test_cpp_runtime.py -m gpu
 # Logs go to $OUT (at most 8 files); the runner too (runner.tar.xz), for a later call to carry
-# as bench/et_runtime/carry/. Carry bench/et_runtime/src and .whl (see README.md here).
+# as bench/et_runtime/carry/. Carry bench/et_runtime/src and .whl (see README.md here), and
+# .whl-llama for export_llama's test (its tokenizers).
 #   set -o pipefail; LIMIT=570 bash bench/et_runtime/gpu_tests.sh 2>&1 | tee $OUT/log
 # PYTEST_ONLY=1 skips (b) and (c) (about 230 s with CUDA's autotuning), leaving the whole call
-# to (a), which needs about 560 s with the runner (session 24: 320 s for five of its tests).
+# to (a), which needs about 560 s with the runner (session 24: 320 s for five of its tests);
+# PYTEST_K="..." runs only the tests pytest's -k selects.
 set -uo pipefail
 start=$(date +%s)
 LIMIT="${LIMIT:-570}"
@@ -95,9 +97,10 @@ fi
 if [ -x "$runner" ]; then
   host_tests
   echo "--- (a) $(left) s left: pytest tests/test_gpu.py tests/test_cpp_runtime.py -m gpu"
-  timeout "$(at_most 15)" "${PYTEST[@]}" tests/test_gpu.py tests/test_cpp_runtime.py \
+  timeout "$(at_most 15)" "${PYTEST[@]}" ${PYTEST_K:+-k "$PYTEST_K"} tests/test_gpu.py tests/test_cpp_runtime.py \
     >"$R/pytest_gpu_et_runtime.log" 2>&1
-  echo "pytest exit $?" | tee -a "$R/pytest_gpu_et_runtime.log"
+  pytest_rc=$?
+  echo "pytest exit $pytest_rc" | tee -a "$R/pytest_gpu_et_runtime.log"
   grep -E " PASSED| FAILED| ERROR| SKIPPED|passed|failed|executor|verify:|proof:|latency in|steps vs eager|Error" \
     "$R/pytest_gpu_et_runtime.log" | tail -60
 else
@@ -118,3 +121,4 @@ cp "$ET_ROOT/configure.log" "$R/" 2>/dev/null
 tar -C /tmp -cf - results 2>/dev/null | xz -T0 -6 >"$OUT/results.tar.xz"
 ls -l "$OUT"
 echo "gpu_tests: done, $(left) s of $LIMIT left"
+exit "${pytest_rc:-0}"  # the suite's verdict is the call's
