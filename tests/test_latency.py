@@ -169,3 +169,17 @@ def test_the_table_compares_with_eager_by_the_medians_and_shows_the_fastest_call
     ]  # fmt: skip
     assert xnnpack.split() == ["xnnpack", "1", "500.0", "2000.0", "2100.0", "4.00x", "1e-07"]
     assert eager.split()[-2:] == ["1.00x", "-"]
+
+
+def test_a_slow_program_is_timed_fewer_times_and_a_fast_one_all_of_them():
+    from composer.measure import latency
+
+    # nf_resnet26 with XNNPACK alone (portable convolutions): 0.72 s a call on 2 cores
+    assert latency.runs_within(0.72, 100) == latency.LEAST_RUNS
+    assert latency.runs_within(0.05, 100) == 40  # 2 s of calls
+    assert latency.runs_within(20e-6, 100) == 100
+    assert latency.runs_within(1.0, 4) == 4  # never more than asked
+    machine = Machine({"fast": 1e-3, "slow": 0.7})
+    timed = interleaved(machine.candidates(), {"fast": 20, "slow": 6}, clock=machine.clock)
+    assert (timed["fast"].runs, timed["slow"].runs) == (20, 6)
+    assert ranking(timed) == ["fast", "slow"]

@@ -635,3 +635,27 @@ def test_a_measured_choice_is_pinned_by_the_config_it_prints(cache, composer_che
     assert result.plan.placement is None
     with pytest.raises(pytest.fail.Exception, match="Measure once, then check with the config"):
         composer_check(model, "xnnpack,openvino", inputs, placement="measured")
+
+
+def test_slow_programs_are_timed_and_traced_fewer_times(cache, monkeypatch):
+    # As if every program's calls were slow (nf_resnet26's XNNPACK alone, 0.72 s a call):
+    # each is timed and traced only LEAST_RUNS times, where 100 and 50 took minutes.
+    from composer.measure import latency
+
+    monkeypatch.setattr(latency, "SECONDS_PER_PROGRAM", 0.0)
+    model, inputs = zoo.load("mlp")
+    lines = []
+    composition = composer.compose(model, ["openvino", "xnnpack"], inputs, placement="measured",
+                                   progress=lines.append)  # fmt: skip
+    least = latency.LEAST_RUNS
+    fewer = ", ".join([str(least)] * 3)  # mlp's programs: OpenVINO's, XNNPACK's, per region
+    assert (
+        f"placement: timing 3 distinct program(s), 100 runs each ({fewer} for the slowest)" in lines
+    )
+    assert any(
+        line.startswith("placement: regions: tracing ")
+        and f"50 runs each ({', '.join([str(least)] * 6)} for the slowest)" in line
+        for line in lines
+    ), lines
+    assert composition.plan.placement.traced.runs == least
+    assert f"per partition, traced over {least} runs" in summary_table(composition.plan)

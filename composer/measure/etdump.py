@@ -67,17 +67,21 @@ def trace(
 
 
 def trace_together(
-    programs: Mapping[str, bytes], inputs: Sequence[object], runs: int, block: int = BLOCK
+    programs: Mapping[str, bytes],
+    inputs: Sequence[object],
+    runs: int | Mapping[str, int],
+    block: int = BLOCK,
 ) -> dict[str, ProgramTrace | None]:
     """``trace`` for several programs, run taking turns in blocks of calls (as
     ``interleaved`` times them), so that a burst of load on the machine slows all alike
-    instead of one program's every call."""
+    instead of one program's every call; ``runs`` may be given per program."""
 
     loaded = {key: LoadedProgram(program, etdump=True) for key, program in programs.items()}
+    wanted = {key: runs if isinstance(runs, int) else runs[key] for key in loaded}
     done = dict.fromkeys(loaded, 0)
-    while any(count < runs for count in done.values()):
+    while any(count < wanted[key] for key, count in done.items()):
         for key, program in loaded.items():
-            for _ in range(min(block, runs - done[key])):
+            for _ in range(min(block, wanted[key] - done[key])):
                 program.run(inputs)
                 done[key] += 1
     return {key: _read_trace(loaded[key], programs[key]) for key in loaded}

@@ -58,28 +58,31 @@ class _StepTimer(torch.fx.Interpreter):
 
 
 def trace_together(
-    programs: Mapping[str, Any], inputs: Sequence[Any], runs: int, block: int = BLOCK
+    programs: Mapping[str, Any],
+    inputs: Sequence[Any],
+    runs: int | Mapping[str, int],
+    block: int = BLOCK,
 ) -> dict[str, HostedTrace]:
-    """Time every call of each ``HostedProgram`` in ``programs``, ``runs`` times, the programs
-    taking turns in blocks of calls (as ``composer.measure.latency.interleaved`` does). The whole call
-    is timed apart, as a plain call of the module, so that the interpreter's own cost per node
-    does not count as time between the steps."""
+    """Time every call of each ``HostedProgram`` in ``programs``, ``runs`` times (or its own
+    number of runs), the programs taking turns in blocks of calls (as
+    ``composer.measure.latency.interleaved`` does). The whole call is timed apart, as a plain
+    call of the module, so that the interpreter's own cost per node does not count as time
+    between the steps."""
     timers = {key: _StepTimer(program.module) for key, program in programs.items()}
     calls = {key: program.timed_call(inputs) for key, program in programs.items()}
     whole: dict[str, list[float]] = {key: [] for key in programs}
+    wanted = {key: runs if isinstance(runs, int) else runs[key] for key in programs}
     arguments = tuple(inputs)
-    done = 0
     with torch.no_grad():
-        while done < runs:
-            count = min(block, runs - done)
+        while any(len(whole[key]) < wanted[key] for key in programs):
             for key in programs:
+                count = min(block, wanted[key] - len(whole[key]))
                 for _ in range(count):
                     timers[key].run(*arguments)
                 for _ in range(count):
                     started = time.perf_counter()
                     calls[key]()
                     whole[key].append(time.perf_counter() - started)
-            done += count
     return {
         key: HostedTrace(tuple(_steps(program, timers[key].seconds)), Latency.of(whole[key]))
         for key, program in programs.items()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,9 +49,39 @@ TOLERANCE = 0.10  # two rounds agree when their fastest calls differ by at most 
 MAX_ROUNDS = 4  # of half the runs each: at most twice the calls asked for
 
 
+SECONDS_PER_PROGRAM = 2.0  # of timed calls a program gets in one pass, if it needs fewer than asked
+
+
+LEAST_RUNS = 6  # calls timed of a program however slow: two rounds' fastest calls, three each
+
+
+def runs_within(call_s: float, runs: int, seconds: float | None = None) -> int:
+    """How many calls to time of a program whose call takes ``call_s`` seconds: ``runs``, or as
+    many as fit in ``seconds`` (``SECONDS_PER_PROGRAM``) where ``runs`` would take longer, and never fewer than
+    ``LEAST_RUNS`` (nor more than ``runs``).
+
+    Measured placement times every candidate ``runs`` times, and a candidate that leaves its
+    convolutions to portable kernels is 500 times slower than the best one (timm's nf_resnet26,
+    XNNPACK alone: 0.72 s a call on 2 cores): its 100 calls, and the 50 of each layout the
+    per-region search traces, took minutes for a program that can only lose. A call that long
+    varies by a few percent, so a few calls tell its time as well as a hundred; a program of
+    microseconds, whose calls vary most, keeps all ``runs``."""
+    if call_s <= 0:
+        return runs
+    seconds = SECONDS_PER_PROGRAM if seconds is None else seconds
+    return max(min(LEAST_RUNS, runs), min(runs, math.ceil(seconds / call_s)))
+
+
+def call_seconds(call: Callable[[], object]) -> float:
+    """One call of ``call``, timed (after whatever warm-up the caller did)."""
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
 def interleaved(
     candidates: Mapping[str, Callable[[], object]],
-    runs: int,
+    runs: int | Mapping[str, int],
     block: int = BLOCK,
     *,
     tolerance: float = TOLERANCE,
@@ -90,19 +121,23 @@ def interleaved(
     right in 19 of 24 passes, where medians, whose preemptions grow with the call's length,
     got all 24). Rounds whose fastest calls were all slowed alike can still agree.
     ``median_us`` and ``p90_us`` stay those of every call timed, for reporting. ``clock`` is
-    for tests.
+    for tests. ``runs`` may be given per candidate (``runs_within``: fewer for a slow one).
     """
-    if runs < 1 or block < 1 or max_rounds < 1:
-        raise ValueError("runs, block and max_rounds must be at least 1")
     names = list(candidates)
+    wanted = {name: runs if isinstance(runs, int) else runs[name] for name in names}
+    if min(wanted.values(), default=1) < 1 or block < 1 or max_rounds < 1:
+        raise ValueError("runs, block and max_rounds must be at least 1")
     times: dict[str, list[float]] = {name: [] for name in names}
     best: dict[str, float] = {}
     agreed = {name: False for name in names}
     started = clock()
     for round_index in range(max_rounds):
-        size = max(1, runs // 2) if round_index == 1 else (runs + 1) // 2
+        sizes = {
+            name: max(1, count // 2) if round_index == 1 else (count + 1) // 2
+            for name, count in wanted.items()
+        }
         order = names if round_index % 2 == 0 else names[::-1]
-        fastest = _round({name: candidates[name] for name in order}, size, block, clock)
+        fastest = _round({name: candidates[name] for name in order}, sizes, block, clock)
         if best:  # the best time so far, seen again in this round?
             agreed = {name: agree(fastest[name][0], best[name], tolerance) for name in names}
         for name in names:
@@ -120,19 +155,19 @@ def agree(a: float, b: float, tolerance: float) -> bool:
 
 def _round(
     candidates: Mapping[str, Callable[[], object]],
-    runs: int,
+    runs: Mapping[str, int],
     block: int,
     clock: Callable[[], float],
 ) -> dict[str, tuple[float, list[float]]]:
-    """One pass: every candidate timed ``runs`` times in turns of ``block`` calls, each turn
-    led by an untimed call; each candidate's fastest call and all its times, in seconds."""
+    """One pass: every candidate timed its ``runs`` times in turns of ``block`` calls, each
+    turn led by an untimed call; each candidate's fastest call and all its times, in seconds."""
     times: dict[str, list[float]] = {name: [] for name in candidates}
-    while any(len(samples) < runs for samples in times.values()):
+    while any(len(samples) < runs[name] for name, samples in times.items()):
         for name, call in candidates.items():
-            if len(times[name]) >= runs:
+            if len(times[name]) >= runs[name]:
                 continue
             call()  # untimed: the switch from the previous candidate
-            for _ in range(min(block, runs - len(times[name]))):
+            for _ in range(min(block, runs[name] - len(times[name]))):
                 started = clock()
                 call()
                 times[name].append(clock() - started)

@@ -23,6 +23,7 @@ nodes elsewhere, what they cost there."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,7 @@ from composer.measure import hosted_trace, region_search
 from composer.measure.candidates import Candidate, always_composed, candidates
 from composer.measure.choice import Choice, Measurement, choose, choose_confirmed
 from composer.measure.etdump import ProgramTrace, trace
-from composer.measure.latency import Latency, interleaved
+from composer.measure.latency import Latency, call_seconds, interleaved, runs_within
 from composer.measure.placement_cache import read_cache, write_cache
 from composer.measure.runner_timing import runner_interleaved
 from composer.measure.units import partition_times
@@ -101,6 +102,7 @@ def measure(
     notes: dict[Candidate, str] = {}
     same: dict[Candidate, str] = {}  # candidate -> digest of its program
     loaded = {}
+    call_s: dict[str, float] = {}  # digest -> one warm call, which sets how often it is run
     failures: list[ComposerError] = []
 
     def compose_and_load(candidate: Candidate) -> None:
@@ -129,6 +131,8 @@ def measure(
                 else:
                     program = program_runner(composition, hosted)
                 program.run(inputs)  # checks the inputs once, outside the timing
+                if runner is None:  # a runner's call is a process of its own
+                    call_s[digest] = call_seconds(functools.partial(program.run, inputs))
             except ComposerError as error:
                 notes[candidate] = f"not timed: {first_line(error)}"
                 return
@@ -159,13 +163,20 @@ def measure(
                 compose_and_load(mixed)
     if not composed and failures:
         raise failures[0]
+
+    def runs_of(digest: str, count: int) -> int:
+        return runs_within(call_s[digest], count) if digest in call_s else count
+
     if progress is not None:
-        progress(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each")
+        fewer = sorted(runs_of(d, runs) for d in loaded if runs_of(d, runs) < runs)
+        slow = f" ({', '.join(map(str, fewer))} for the slowest)" if fewer else ""
+        progress(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each{slow}")
 
     def together(digests: Sequence[str]) -> dict[str, Latency]:
         if runner is not None:
             return runner_interleaved({d: loaded[d] for d in digests}, inputs, runs)
-        return interleaved({d: loaded[d].timed_call(inputs) for d in digests}, runs)
+        calls = {d: loaded[d].timed_call(inputs) for d in digests}
+        return interleaved(calls, {d: runs_of(d, runs) for d in digests})
 
     timed = together(list(loaded)) if loaded else {}
     measurements = tuple(
@@ -188,15 +199,15 @@ def measure(
             continue
         if (over_budget() and candidate != chosen) or runner is not None:
             continue
+        count = runs_of(digest, TRACE_RUNS)
         if progress is not None:
             how = hosted_trace.HostedTrace.timer if hosted else ProgramTrace.timer
-            progress(f"placement: tracing {candidate.label}, {TRACE_RUNS} runs ({how})")
+            progress(f"placement: tracing {candidate.label}, {count} runs ({how})")
         if hosted:
-            traces[digest] = hosted_trace.trace_together(
-                {digest: loaded[digest]}, inputs, TRACE_RUNS
-            )[digest]
+            together_traced = hosted_trace.trace_together({digest: loaded[digest]}, inputs, count)
+            traces[digest] = together_traced[digest]
         else:
-            traces[digest] = trace(composed[candidate].buffer, inputs, TRACE_RUNS)
+            traces[digest] = trace(composed[candidate].buffer, inputs, count)
     by_candidate = {c: traces[same[c]] for c in composed if traces.get(same.get(c)) is not None}
     partitions, traced = partition_times(chosen, composed, by_candidate)
     choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced,

@@ -31,12 +31,14 @@ composer.measure.placement composes the choice and times it against the whole-pr
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from composer.contract.errors import ComposerError, first_line
 from composer.measure import etdump, hosted_trace
 from composer.measure.candidates import Candidate
+from composer.measure.latency import call_seconds, runs_within
 from composer.measure.region_choice import proposal
 from composer.measure.region_costs import costs, on_backends
 from composer.measure.region_layouts import layouts, pins
@@ -102,6 +104,7 @@ def search(
         return None, searched()
     plans = layouts(regions, backends, hosted)
     composed = []
+    runs: dict[str, int] = {}  # a layout's traced calls: fewer where its calls are slow
     for number, (what, assignment) in enumerate(plans, start=1):
         if over_budget():
             notes.append(
@@ -124,21 +127,26 @@ def search(
             # llama_block) must not stop the others' tracing
             runner = program_runner(composition, hosted)
             runner.run(inputs)
+            runs[what] = runs_within(
+                call_seconds(functools.partial(runner.run, inputs)), trace_runs
+            )
         except (ComposerError, RuntimeError) as error:
             notes.append(f"{what}: does not run: {first_line(error)}")
             continue
         composed.append((what, assignment, composition, runner))
     how = hosted_trace.HostedTrace.timer if hosted else etdump.ProgramTrace.timer
     found["timer"] = how
-    say(f"placement: regions: tracing {len(composed)} programs together, {trace_runs} runs each "
-        f"({how})")  # fmt: skip
+    fewer = sorted(count for count in runs.values() if count < trace_runs)
+    slow = f" ({', '.join(map(str, fewer))} for the slowest)" if fewer else ""
+    say(f"placement: regions: tracing {len(composed)} programs together, {trace_runs} runs each"
+        f"{slow} ({how})")  # fmt: skip
     try:
         if hosted:
             runners = {what: runner for what, _a, _c, runner in composed}
-            traces = hosted_trace.trace_together(runners, inputs, trace_runs)
+            traces = hosted_trace.trace_together(runners, inputs, runs)
         else:
             buffers = {what: c.buffer for what, _a, c, _r in composed}
-            traces = etdump.trace_together(buffers, inputs, trace_runs)
+            traces = etdump.trace_together(buffers, inputs, runs)
     except (ComposerError, RuntimeError) as error:
         notes.append(f"not traced: {first_line(error)}")
         return None, searched()
