@@ -328,6 +328,14 @@ CORPUS: dict[str, Entry] = {
     "mobilenetv4": Entry(
         "timm", _timm("mobilenetv4_conv_small", img_size=False), "MobileNetV4 conv small"
     ),
+    # Ops XNNPACK declines in the bulk of the model: GroupNorm after every block; convolutions
+    # whose weights are standardized at each call (not constants, which XNNPACK's conv needs).
+    "poolformer_s12": Entry(
+        "timm", _timm("poolformer_s12", img_size=False), "PoolFormer-S12 (GroupNorm, pooling mixer)"
+    ),
+    "nf_resnet26": Entry(
+        "timm", _timm("nf_resnet26", img_size=False), "NF-ResNet-26 (weight-standardized convs)"
+    ),
     # transformers, from small configs
     "bert": Entry(
         "transformers",
