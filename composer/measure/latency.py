@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -70,6 +70,13 @@ def runs_within(call_s: float, runs: int, seconds: float | None = None) -> int:
         return runs
     seconds = SECONDS_PER_PROGRAM if seconds is None else seconds
     return max(min(LEAST_RUNS, runs), min(runs, math.ceil(seconds / call_s)))
+
+
+def fewer_runs(counts: Iterable[int], runs: int) -> str:
+    """For a progress line: " (6, 6 for the slowest)" where some programs are run fewer than
+    ``runs`` times (``runs_within``), else nothing."""
+    fewer = sorted(count for count in counts if count < runs)
+    return f" ({', '.join(map(str, fewer))} for the slowest)" if fewer else ""
 
 
 def call_seconds(call: Callable[[], object]) -> float:

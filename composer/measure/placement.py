@@ -37,7 +37,13 @@ from composer.measure import hosted_trace, region_search
 from composer.measure.candidates import Candidate, always_composed, candidates
 from composer.measure.choice import Choice, Measurement, choose, choose_confirmed
 from composer.measure.etdump import ProgramTrace, trace
-from composer.measure.latency import Latency, call_seconds, interleaved, runs_within
+from composer.measure.latency import (
+    Latency,
+    call_seconds,
+    fewer_runs,
+    interleaved,
+    runs_within,
+)
 from composer.measure.placement_cache import read_cache, write_cache
 from composer.measure.runner_timing import runner_interleaved
 from composer.measure.units import partition_times
@@ -168,8 +174,7 @@ def measure(
         return runs_within(call_s[digest], count) if digest in call_s else count
 
     if progress is not None:
-        fewer = sorted(runs_of(d, runs) for d in loaded if runs_of(d, runs) < runs)
-        slow = f" ({', '.join(map(str, fewer))} for the slowest)" if fewer else ""
+        slow = fewer_runs((runs_of(d, runs) for d in loaded), runs)
         progress(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each{slow}")
 
     def together(digests: Sequence[str]) -> dict[str, Latency]:

@@ -38,7 +38,7 @@ from typing import Any
 from composer.contract.errors import ComposerError, first_line
 from composer.measure import etdump, hosted_trace
 from composer.measure.candidates import Candidate
-from composer.measure.latency import call_seconds, runs_within
+from composer.measure.latency import call_seconds, fewer_runs, runs_within
 from composer.measure.region_choice import proposal
 from composer.measure.region_costs import costs, on_backends
 from composer.measure.region_layouts import layouts, pins
@@ -136,8 +136,7 @@ def search(
         composed.append((what, assignment, composition, runner))
     how = hosted_trace.HostedTrace.timer if hosted else etdump.ProgramTrace.timer
     found["timer"] = how
-    fewer = sorted(count for count in runs.values() if count < trace_runs)
-    slow = f" ({', '.join(map(str, fewer))} for the slowest)" if fewer else ""
+    slow = fewer_runs(runs.values(), trace_runs)
     say(f"placement: regions: tracing {len(composed)} programs together, {trace_runs} runs each"
         f"{slow} ({how})")  # fmt: skip
     try:
