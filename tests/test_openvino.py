@@ -150,6 +150,21 @@ def test_lower_bench_times_the_stack_beside_eager_and_each_backend(capsys, tmp_p
     assert "compare with zoo:cumsum_mlp: OK" in out
 
 
+def test_lower_bench_times_a_slow_backend_alone_fewer_times(capsys, tmp_path, monkeypatch):
+    # As if each backend alone were slow (XNNPACK alone on nf_resnet26: 0.72 s a call): the
+    # program asked for and eager keep every call, the backends alone as few as LEAST_RUNS.
+    from composer.measure import latency
+
+    monkeypatch.setattr(latency, "SECONDS_PER_PROGRAM", 0.0)
+    code = main(["lower", "zoo:cumsum_mlp", "--backends", "xnnpack,openvino", "-o",
+                 str(tmp_path / "m.pte"), "--quiet", "--bench", "40"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    for name in ("xnnpack", "openvino"):
+        assert f"{name} alone: timed 6 calls, as many as fit in 0 s (at least 6)" in out
+    assert "xnnpack,openvino: timed" not in out
+
+
 def test_run_says_what_input_the_program_expects(tmp_path, capsys, cumsum_mlp_xnnpack_openvino):
     pte = tmp_path / "m.pte"
     pte.write_bytes(cumsum_mlp_xnnpack_openvino.buffer)
