@@ -49,7 +49,7 @@ TOLERANCE = 0.10  # two rounds agree when their fastest calls differ by at most 
 MAX_ROUNDS = 4  # of half the runs each: at most twice the calls asked for
 
 
-SECONDS_PER_PROGRAM = 2.0  # of timed calls a program gets in one pass, if it needs fewer than asked
+SECONDS_PER_PROGRAM = 2.0  # of calls a slow program is timed for, where its runs would take longer
 
 
 LEAST_RUNS = 6  # calls timed of a program however slow: two rounds' fastest calls, three each
@@ -57,8 +57,8 @@ LEAST_RUNS = 6  # calls timed of a program however slow: two rounds' fastest cal
 
 def runs_within(call_s: float, runs: int, seconds: float | None = None) -> int:
     """How many calls to time of a program whose call takes ``call_s`` seconds: ``runs``, or as
-    many as fit in ``seconds`` (``SECONDS_PER_PROGRAM``) where ``runs`` would take longer, and never fewer than
-    ``LEAST_RUNS`` (nor more than ``runs``).
+    many as fit in ``seconds`` (``SECONDS_PER_PROGRAM``) where ``runs`` would take longer, never
+    fewer than ``LEAST_RUNS`` (nor more than ``runs``).
 
     Measured placement times every candidate ``runs`` times, and a candidate that leaves its
     convolutions to portable kernels is 500 times slower than the best one (timm's nf_resnet26,
