@@ -11,7 +11,7 @@ from pathlib import Path
 
 import attrs
 
-from composer.measure.latency import BLOCK, Latency
+from composer.measure.latency import BLOCK, Latency, runs_each
 from composer.run.program_table import execution_plan
 from composer.run.runtime import LoadedProgram
 from composer.scheduler.measured_placement import ETDUMP
@@ -77,7 +77,7 @@ def trace_together(
     instead of one program's every call; ``runs`` may be given per program."""
 
     loaded = {key: LoadedProgram(program, etdump=True) for key, program in programs.items()}
-    wanted = {key: runs if isinstance(runs, int) else runs[key] for key in loaded}
+    wanted = runs_each(runs, loaded)
     done = dict.fromkeys(loaded, 0)
     while any(count < wanted[key] for key, count in done.items()):
         for key, program in loaded.items():

@@ -22,7 +22,7 @@ import attrs
 import torch
 import torch.fx
 
-from composer.measure.latency import BLOCK, Latency
+from composer.measure.latency import BLOCK, Latency, runs_each
 from composer.scheduler.plans import PORTABLE, partition_of
 
 
@@ -71,7 +71,7 @@ def trace_together(
     timers = {key: _StepTimer(program.module) for key, program in programs.items()}
     calls = {key: program.timed_call(inputs) for key, program in programs.items()}
     whole: dict[str, list[float]] = {key: [] for key in programs}
-    wanted = {key: runs if isinstance(runs, int) else runs[key] for key in programs}
+    wanted = runs_each(runs, programs)
     arguments = tuple(inputs)
     with torch.no_grad():
         while any(len(whole[key]) < wanted[key] for key in programs):

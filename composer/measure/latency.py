@@ -72,6 +72,11 @@ def runs_within(call_s: float, runs: int, seconds: float | None = None) -> int:
     return max(min(LEAST_RUNS, runs), min(runs, math.ceil(seconds / call_s)))
 
 
+def runs_each(runs: int | Mapping[str, int], names: Iterable[str]) -> dict[str, int]:
+    """``runs`` per program: the same number for each, or each its own (``runs_within``)."""
+    return {name: runs if isinstance(runs, int) else runs[name] for name in names}
+
+
 def fewer_runs(counts: Iterable[int], runs: int) -> str:
     """For a progress line: " (6, 6 for the slowest)" where some programs are run fewer than
     ``runs`` times (``runs_within``), else nothing."""
@@ -131,7 +136,7 @@ def interleaved(
     for tests. ``runs`` may be given per candidate (``runs_within``: fewer for a slow one).
     """
     names = list(candidates)
-    wanted = {name: runs if isinstance(runs, int) else runs[name] for name in names}
+    wanted = runs_each(runs, names)
     if min(wanted.values(), default=1) < 1 or block < 1 or max_rounds < 1:
         raise ValueError("runs, block and max_rounds must be at least 1")
     times: dict[str, list[float]] = {name: [] for name in names}
