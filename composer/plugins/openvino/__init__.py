@@ -10,7 +10,9 @@ Two facts of ExecuTorch 1.5.1 shape this plugin:
   recorded in the plan and in each delegate's compile specs (``composer.library``), where
   ``composer run`` finds it to explain a failed load;
 - on CPUs with bf16 instructions OpenVINO computes in bf16 and ExecuTorch does not pass a
-  precision hint, so verification uses a bf16 tolerance for programs it takes part in.
+  precision hint, so verification uses a bf16 tolerance for programs it takes part in;
+- OpenVINO names nodes from process-wide counters, so its blobs differed between composes of
+  one model; composer renumbers those names (:mod:`composer.plugins.openvino.blob`).
 """
 
 from __future__ import annotations
@@ -153,7 +155,12 @@ def composer_ops_to_not_decompose(backend, program, options):
 def composer_compile_specs(backend, method_name, options):
     from executorch.exir.backend.compile_spec_schema import CompileSpec
 
+    from composer.plugins.openvino.blob import make_preprocess_reproducible
+
     checked = checked_options(options)
+    # Asked just before every lowering to OpenVINO: from here on its blobs name nodes the
+    # same way in every compose (composer.plugins.openvino.blob).
+    make_preprocess_reproducible()
     specs = [CompileSpec("device", checked["device"].encode())]
     library = _spec().library
     if library:
