@@ -232,17 +232,23 @@ def _run(args: argparse.Namespace) -> int:
     from composer.models.model_source import load_model
     from composer.run import cpp_runtime
     from composer.run.inputs import flat_inputs
-    from composer.run.runtime import LoadedProgram, runtime_can_run
+    from composer.run.runtime import LoadedProgram, check_program_file, runtime_can_run
     from composer.run.verification import RUNTIME
 
     program = Path(args.program)
     if not program.is_file():
         raise ComposerError(f"no such file: {program}")
+    buffer = program.read_bytes()
+    check_program_file(buffer, str(program), args.method)
     model = inputs = None
     if args.compare:
         model, inputs = load_model(args.compare)
+        inputs = inputs if inputs is not None else _saved_example_inputs(model)
     if args.inputs:
         inputs = _load_inputs(Path(args.inputs))
+    if inputs is None and args.compare:
+        raise ComposerError(f"{args.compare} holds no example inputs: pass --inputs FILE (a "
+                            "tuple of tensors saved with torch.save).")  # fmt: skip
     if inputs is None:
         raise ComposerError("pass --inputs FILE (a tuple of tensors saved with torch.save) or "
                             "--compare MODEL to use the model's example inputs.")  # fmt: skip
@@ -250,7 +256,6 @@ def _run(args: argparse.Namespace) -> int:
         from composer.run import cpu_threads
 
         cpu_threads.set_threads(args.threads)
-    buffer = program.read_bytes()
     # The method takes the leaves of nested inputs, as torch.export flattened them; eager
     # takes them as they are.
     flat = flat_inputs(inputs)
@@ -363,6 +368,12 @@ def _print_program_latency(buffer: bytes, loaded, eager, inputs, runs: int) -> N
     for item in per_delegate:
         print(f"  delegate {item.index} ({item.backend_id}): median {item.latency.median_us:.1f} us, "
               f"p90 {item.latency.p90_us:.1f} us")  # fmt: skip
+
+
+def _saved_example_inputs(model) -> tuple | None:
+    """The positional example inputs torch.export.save kept in a .pt2, if it kept them."""
+    saved = getattr(model, "example_inputs", None)
+    return tuple(saved[0]) if saved and not saved[1] else None
 
 
 def _load_inputs(path: Path) -> tuple:

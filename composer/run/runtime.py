@@ -81,6 +81,51 @@ def library_mismatches(program: bytes) -> list[str]:
     return lines
 
 
+# A .pte is a flatbuffer whose identifier sits at bytes 4-8: "ET" and a format number.
+_IDENTIFIER = slice(4, 8)
+
+
+def check_program_file(buffer: bytes, name: str, method: str = "forward") -> None:
+    """Refuse bytes that are not a whole ExecuTorch program with ``method`` before the runtime
+    reads them.
+
+    The runtime logs a damaged program's bytes (its identifier, a backend id) through Python,
+    which cannot decode them and aborts the process; its own checks come after those logs.
+    """
+    identifier = bytes(buffer[_IDENTIFIER])
+    if len(identifier) < 4 or not identifier.startswith(b"ET") or not identifier.isalnum():
+        raise ComposerError(
+            f"{name} is not an ExecuTorch program: a .pte has the identifier 'ET12' at byte 4, "
+            f"this file has {identifier!r}. Pass a .pte that `composer lower` or ExecuTorch wrote."
+        )
+    _check_size(buffer, name)
+    try:
+        methods = [plan.name for plan in program_table(buffer).execution_plan]
+    except Exception as error:  # any failure to parse is damage
+        raise ComposerError(
+            f"{name} is damaged: its program table does not parse ({type(error).__name__}). "
+            "Write it again (`composer lower ... -o FILE`)."
+        ) from error
+    if method not in methods:
+        raise ComposerError(
+            f"{name} has no method {method!r}; its methods: {', '.join(sorted(methods))}."
+        )
+
+
+def _check_size(buffer: bytes, name: str) -> None:
+    from executorch.exir._serialize._program import _get_extended_header
+
+    header = _get_extended_header(bytes(buffer[:64]))
+    if header is None:
+        return
+    expected = max(header.program_size, header.segment_base_offset + header.segment_data_size)
+    if expected > len(buffer):
+        raise ComposerError(
+            f"{name} is truncated: its header says {expected:,} bytes, the file has "
+            f"{len(buffer):,}. Copy or write it again."
+        )
+
+
 class LoadedProgram:
     """A program and one method loaded in the runtime; keeps the bytes alive while it lives."""
 
@@ -103,6 +148,11 @@ class LoadedProgram:
             raise ComposerError(
                 f"the ExecuTorch runtime cannot load this program: {error}" + log.because()
             ) from error
+        if method not in self.program.method_names:
+            raise ComposerError(
+                f"the program has no method {method!r}; its methods: "
+                f"{', '.join(sorted(self.program.method_names))}."
+            )
         try:
             with log.capture():
                 self.method = self.program.load_method(method)

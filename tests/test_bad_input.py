@@ -1,0 +1,141 @@
+"""Bad files, flags and arguments: one clear line and exit 2, never a crash or a traceback."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from composer.cli import main
+from composer.models import zoo
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def composer_command(cwd, *argv):
+    return subprocess.run(
+        [sys.executable, "-m", "composer.cli", *map(str, argv)],
+        check=False, capture_output=True, text=True, cwd=cwd,
+    )  # fmt: skip
+
+
+def assert_one_line_error(code: int, err: str, *wanted: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("composer: error: "), line
+    for text in wanted:
+        assert text in line, line
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    """A small real program (zoo:mlp on XNNPACK) and its example inputs beside it."""
+    folder = tmp_path_factory.mktemp("program")
+    pte = folder / "mlp.pte"
+    assert main(["lower", "zoo:mlp", "--backends", "xnnpack", "-o", str(pte), "--quiet"]) == 0
+    torch.save(zoo.load("mlp")[1], folder / "inputs.pt")
+    return pte
+
+
+def damaged_programs(good: bytes, seed: int = 55) -> list[tuple[str, bytes]]:
+    """Programs as disks, copies and downloads damage them: flipped bits anywhere or in the
+    header, cut short, and files that never were programs."""
+    rng = random.Random(seed)
+    variants = []
+    for _ in range(12):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        variants.append(("flipped bits", bytes(data)))
+    for _ in range(6):
+        data = bytearray(good)
+        data[rng.randrange(64)] = rng.randrange(256)
+        variants.append(("damaged header", bytes(data)))
+    for _ in range(6):
+        variants.append(("truncated", good[: rng.randrange(len(good))]))
+    for size in (0, 7, 100, 10_000, 10_000, 10_000):
+        variants.append(("random bytes", rng.randbytes(size)))
+    # The runtime logs a backend id it does not know; one that is not UTF-8 aborted it.
+    data = bytearray(good)
+    data[data.find(b"XnnpackBackend") + 1] |= 0x80
+    variants.append(("backend id not UTF-8", bytes(data)))
+    return variants
+
+
+# Each variant runs through composer.cli.main in one child process: a crash of the runtime
+# (SIGABRT) ends the child, and the records it wrote say which variant did it.
+FUZZ_DRIVER = textwrap.dedent("""
+    import contextlib, io, json, sys, traceback
+    from composer.cli import main
+
+    inputs, paths = sys.argv[1], sys.argv[2:]
+    for path in paths:
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                code = main(["run", path, "--inputs", inputs])
+        except BaseException:
+            code, err = None, io.StringIO(traceback.format_exc())
+        print(json.dumps({"path": path, "code": code, "err": err.getvalue()}), flush=True)
+""")
+
+
+def test_run_on_damaged_programs_never_dies_without_a_message(program, tmp_path):
+    variants = damaged_programs(program.read_bytes())
+    paths = []
+    for index, (_kind, data) in enumerate(variants):
+        paths.append(tmp_path / f"damaged{index}.pte")
+        paths[-1].write_bytes(data)
+    done = subprocess.run(
+        [sys.executable, "-c", FUZZ_DRIVER, str(program.parent / "inputs.pt"), *map(str, paths)],
+        check=False, capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    died_at = len(records)
+    assert done.returncode == 0 and died_at == len(paths), (
+        f"died (exit {done.returncode}) on variant {died_at} ({variants[died_at][0]}): "
+        f"{done.stderr[-500:]}"
+    )
+    for record, (kind, _) in zip(records, variants):
+        assert record["code"] in (0, 2), (kind, record)
+        if record["code"] == 2:
+            assert_one_line_error(record["code"], record["err"])
+    assert "is damaged" in records[-1]["err"]
+
+
+def test_random_bytes_are_refused_in_one_line_not_an_abort(tmp_path):
+    (tmp_path / "noise.pte").write_bytes(random.Random(8).randbytes(10_000))
+    done = composer_command(tmp_path, "run", "noise.pte", "--compare", "zoo:mlp")
+    assert_one_line_error(done.returncode, done.stderr, "noise.pte is not an ExecuTorch program")
+
+
+def test_a_truncated_program_says_how_much_is_missing(program, tmp_path, capsys):
+    data = program.read_bytes()
+    (tmp_path / "cut.pte").write_bytes(data[:-100])
+    code, _, err = run(capsys, "run", tmp_path / "cut.pte", "--compare", "zoo:mlp")
+    assert_one_line_error(code, err, "cut.pte is truncated", f"says {len(data):,} bytes")
+
+
+def test_an_unknown_method_lists_the_program_s_methods(program, capsys):
+    code, _, err = run(capsys, "run", program, "--method", "nosuch", "--compare", "zoo:mlp")
+    assert_one_line_error(code, err, "has no method 'nosuch'; its methods: forward.")
+    assert "Backend" not in err
+
+
+def test_compare_with_a_pt2_uses_the_inputs_saved_in_it(program, tmp_path, capsys):
+    model, inputs = zoo.load("mlp")
+    torch.export.save(torch.export.export(model, inputs), tmp_path / "mlp.pt2")
+    code, out, err = run(capsys, "run", program, "--compare", tmp_path / "mlp.pt2")
+    assert code == 0, err
+    assert f"compare with {tmp_path / 'mlp.pt2'}: OK" in out
