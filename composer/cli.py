@@ -84,7 +84,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _lower(args: argparse.Namespace) -> int:
     import composer
-    from composer.lower.atomic import check_writable
+    from composer.lower.atomic import check_not_inputs, check_writable
     from composer.models.model_source import load_model
     from composer.report.plan_text import summary_table
 
@@ -92,8 +92,10 @@ def _lower(args: argparse.Namespace) -> int:
     if report is not None and report.suffix not in REPORT_SUFFIXES:
         raise ComposerError(f"--report must end in .json or .html, not {report.name!r}.")
     output = Path(args.output)
+    outputs = [output] if report is None else [output, report]
+    check_not_inputs(outputs, _input_files(args))
     # Minutes of lowering must not end in "cannot write": every path is checked first.
-    check_writable([output] if report is None else [output, report])
+    check_writable(outputs)
     stack = _stack(args)
     model, inputs = load_model(args.model, args.dynamic)
     started = time.perf_counter()
@@ -126,6 +128,12 @@ def _lower(args: argparse.Namespace) -> int:
     if args.bench:
         _print_stack_latencies(composition, model, inputs, stack, args.bench)
     return 0
+
+
+def _input_files(args: argparse.Namespace) -> list[Path]:
+    """The files ``lower`` reads: its models (``--method NAME=MODEL`` too) and its config."""
+    sources = [args.model, *(text.partition("=")[2] for text in args.methods), args.config]
+    return [Path(source) for source in sources if source and Path(source).is_file()]
 
 
 def _write(composition, output: Path, extra: dict, table: str) -> None:

@@ -139,3 +139,18 @@ def test_compare_with_a_pt2_uses_the_inputs_saved_in_it(program, tmp_path, capsy
     code, out, err = run(capsys, "run", program, "--compare", tmp_path / "mlp.pt2")
     assert code == 0, err
     assert f"compare with {tmp_path / 'mlp.pt2'}: OK" in out
+
+
+@pytest.mark.parametrize("output_flag", ["-o", "--report"])
+def test_lower_refuses_to_write_over_its_input_model(tmp_path, capsys, monkeypatch, output_flag):
+    model, inputs = zoo.load("mlp")
+    torch.export.save(torch.export.export(model, inputs), tmp_path / "mlp.pt2")
+    before = (tmp_path / "mlp.pt2").read_bytes()
+    (tmp_path / "link.json").symlink_to("mlp.pt2")
+    monkeypatch.chdir(tmp_path)
+    target = "mlp.pt2" if output_flag == "-o" else "link.json"
+    argv = ["lower", "./mlp.pt2", "--backends", "xnnpack", "--quiet", "-o", "out.pte"]
+    code, _, err = run(capsys, *argv, output_flag, target)
+    assert_one_line_error(code, err, f"{target} is the input mlp.pt2", "Name another output")
+    assert (tmp_path / "mlp.pt2").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "mlp.pt2"]

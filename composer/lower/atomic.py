@@ -53,6 +53,24 @@ def check_writable(paths: Sequence[Path]) -> None:
             Path(_write_temporary(path, b"")).unlink()
 
 
+def check_not_inputs(outputs: Sequence[Path], inputs: Sequence[Path]) -> None:
+    """Refuse an output that is one of the run's input files (by any name or link)."""
+    for output in outputs:
+        for source in inputs:
+            if _same_file(output, source):
+                raise ComposerError(
+                    f"{output} is the input {source}: writing it would destroy the model. "
+                    "Name another output file."
+                )
+
+
+def _same_file(output: Path, source: Path) -> bool:
+    try:
+        return os.path.samefile(output, source)
+    except OSError:  # an output that does not exist yet is no input
+        return False
+
+
 def _check_target(path: Path) -> None:
     if not path.parent.is_dir():
         raise ComposerError(f"cannot write {path}: the directory {path.parent} does not exist.")
