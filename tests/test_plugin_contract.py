@@ -193,7 +193,7 @@ def test_a_reason_that_is_not_a_string_is_a_plugin_error(capsys, broken_plugins)
     line = one_line_error(capsys, ["plan", "zoo:cumsum_mlp", "--backends", "numeric"])
     assert line == (
         "plugin 'numeric' (composer-test-numeric): NumericReasons.reason_unsupported returned "
-        "int for node aten_permute_copy_default; it must return a string or None."
+        "42 for node aten_permute_copy_default; it must return a string or None."
     )
 
 

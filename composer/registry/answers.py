@@ -45,6 +45,18 @@ def short_repr(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def wrong_answer(backend: Backend, hook: str, answer: Any, wanted: str) -> PluginError:
+    """The one form of every wrong answer to a hook: the plugin, the hook, what it said."""
+    return PluginError(
+        f"{plugin_label(backend)} returned {short_repr(answer)} from {hook}; "
+        f"it must return {wanted}."
+    )
+
+
+def _is_list_of(answer: Any, kind: type | tuple[type, ...]) -> bool:
+    return isinstance(answer, list | tuple) and all(isinstance(item, kind) for item in answer)
+
+
 def backends(declared: Any) -> list[BackendSpec]:
     """``composer_backends``: a list of ``BackendSpec`` (the plugin is skipped otherwise, so
     the message is about the plugin, which the warning names)."""
@@ -63,11 +75,9 @@ def options(answer: Any, backend: Backend) -> tuple[Option, ...]:
     if answer is None:
         return ()
     where = plugin_label(backend)
-    if not isinstance(answer, list | tuple) or not all(isinstance(o, Option) for o in answer):
-        raise PluginError(
-            f"{where} returned {type(answer).__name__} from composer_options for backend "
-            f"{backend.name!r}; it must return a list of composer.Option (or None: no options)."
-        )
+    if not _is_list_of(answer, Option):
+        wanted = "a list of composer.Option (or None: no options)"
+        raise wrong_answer(backend, "composer_options", answer, wanted)
     names = [option.name for option in answer]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -79,12 +89,11 @@ def options(answer: Any, backend: Backend) -> tuple[Option, ...]:
 
 
 def unavailable_reason(reason: Any, backend: Backend) -> str | None:
-    """``composer_unavailable_reason``: a string, or ``None`` when the backend lowers here."""
-    if reason is not None and not isinstance(reason, str):
-        raise PluginError(
-            f"plugin {backend.origin.name!r} returned {type(reason).__name__} from "
-            "composer_unavailable_reason; it must return a string or None."
-        )
+    """``composer_unavailable_reason``: a reason, or ``None`` when the backend lowers here."""
+    # An empty string would read as "available" to some callers and "not" to others.
+    if reason is not None and not (isinstance(reason, str) and reason.strip()):
+        wanted = "a reason (a non-empty string) or None"
+        raise wrong_answer(backend, "composer_unavailable_reason", reason, wanted)
     return reason
 
 
@@ -95,10 +104,8 @@ def partitioner(native: Any, backend: Backend) -> Partitioner | None:
     from executorch.exir.backend.partitioner import Partitioner
 
     if not isinstance(native, Partitioner):
-        raise PluginError(
-            f"plugin {backend.origin.name!r} returned {type(native).__name__} from "
-            "composer_partitioner; it must return an ExecuTorch Partitioner or None."
-        )
+        wanted = "an ExecuTorch Partitioner or None"
+        raise wrong_answer(backend, "composer_partitioner", native, wanted)
     return native
 
 
@@ -108,11 +115,9 @@ def compile_specs(specs: Any, backend: Backend) -> list[CompileSpec] | None:
         return None
     from executorch.exir.backend.compile_spec_schema import CompileSpec
 
-    if not isinstance(specs, list | tuple) or not all(isinstance(s, CompileSpec) for s in specs):
-        raise PluginError(
-            f"{plugin_label(backend)} returned {specs!r} from composer_compile_specs; "
-            "it must return a list of executorch's CompileSpec or None."
-        )
+    if not _is_list_of(specs, CompileSpec):
+        wanted = "a list of executorch's CompileSpec or None"
+        raise wrong_answer(backend, "composer_compile_specs", specs, wanted)
     return list(specs)
 
 
@@ -122,15 +127,13 @@ def ops_to_not_decompose(ops: Any, backend: Backend) -> list[torch._ops.OpOverlo
         return None
     import torch
 
-    wrong = next(
-        (op for op in ops if not isinstance(op, torch._ops.OpOverload)), None
-    ) if isinstance(ops, list | tuple) else ops  # fmt: skip
-    if wrong is not None:
-        raise PluginError(
-            f"{plugin_label(backend)} returned {wrong!r} from "
-            f"composer_ops_to_not_decompose for backend {backend.name!r}; it must "
-            "return a list of ATen ops (torch.ops.aten.linear.default), not names, or None."
-        )
+    if not _is_list_of(ops, torch._ops.OpOverload):
+        # Named by the first wrong item, so that a name among ops ('aten.linear.default') shows.
+        wrong = ops
+        if isinstance(ops, list | tuple):
+            wrong = next(op for op in ops if not isinstance(op, torch._ops.OpOverload))
+        wanted = "a list of ATen ops (torch.ops.aten.linear.default), not names, or None"
+        raise wrong_answer(backend, "composer_ops_to_not_decompose", wrong, wanted)
     return list(ops)
 
 
@@ -141,10 +144,7 @@ def quantizer(answer: Any, backend: Backend) -> Quantizer | None:
     from torchao.quantization.pt2e.quantizer import Quantizer
 
     if not isinstance(answer, Quantizer):
-        raise PluginError(
-            f"plugin {backend.origin.name!r} returned {type(answer).__name__} from "
-            "composer_quantizer; it must return a PT2E Quantizer or None."
-        )
+        raise wrong_answer(backend, "composer_quantizer", answer, "a PT2E Quantizer or None")
     return answer
 
 
@@ -158,11 +158,8 @@ def operator_support(
     from torch.fx.passes.operator_support import OperatorSupportBase
 
     if not isinstance(support, OperatorSupportBase):
-        raise PluginError(
-            f"{plugin_label(backend)} returned {type(support).__name__} from "
-            "composer_operator_support; it must return a "
-            "torch.fx.passes.operator_support.OperatorSupportBase or None."
-        )
+        wanted = "a torch.fx.passes.operator_support.OperatorSupportBase or None"
+        raise wrong_answer(backend, "composer_operator_support", support, wanted)
     return CheckedSupport(support, backend, dict(program.graph_module.named_modules()))
 
 
@@ -187,9 +184,10 @@ class CheckedSupport:
         self.asks_at_boundary = asks_at_boundary(support)
 
     def takes(self, node: torch.fx.Node) -> bool:
-        """Whether the backend takes ``node`` (``is_node_supported``)."""
+        """Whether the backend takes ``node`` (``is_node_supported``): True or False, nothing
+        else (``"no"`` is truthy: taken as yes, the backend would take every node)."""
         try:
-            return bool(self._support.is_node_supported(self._submodules, node))
+            answer = self._support.is_node_supported(self._submodules, node)
         except Exception as error:
             from composer.contract.op_names import op_name
 
@@ -197,6 +195,12 @@ class CheckedSupport:
                 f"{self._who}.is_node_supported raised on node {node.name} ({op_name(node)}): "
                 f"{type(error).__name__}: {error}"
             ) from error
+        if not _is_boolean(answer):
+            raise PluginError(
+                f"{self._who}.is_node_supported returned {short_repr(answer)} for node "
+                f"{node.name}; it must return True or False."
+            )
+        return bool(answer)
 
     def why_not(self, node: torch.fx.Node) -> str:
         """Why the backend declines ``node`` (``reason_unsupported``; "unsupported op")."""
@@ -213,7 +217,7 @@ class CheckedSupport:
             ) from error
         if reason is not None and not isinstance(reason, str):
             raise PluginError(
-                f"{self._who}.reason_unsupported returned {type(reason).__name__} for node "
+                f"{self._who}.reason_unsupported returned {short_repr(reason)} for node "
                 f"{node.name}; it must return a string or None."
             )
         return reason or "unsupported op"
@@ -232,7 +236,15 @@ class CheckedSupport:
             ) from error
         if reason is not None and not isinstance(reason, str):
             raise PluginError(
-                f"{self._who}.reason_unsupported_at_boundary returned {type(reason).__name__} for "
+                f"{self._who}.reason_unsupported_at_boundary returned {short_repr(reason)} for "
                 f"node {node.name}; it must return a string or None."
             )
         return reason or None
+
+
+def _is_boolean(answer: Any) -> bool:
+    """A Python bool, or numpy's (what a support check computed with numpy returns)."""
+    kind = type(answer)
+    return isinstance(answer, bool) or (
+        kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+    )
