@@ -23,8 +23,6 @@ from typing import Protocol
 
 import torch
 import torch.fx
-from executorch.exir.passes import MemoryPlanningPass
-from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from composer.contract.errors import ComposerError
@@ -184,6 +182,11 @@ class _UpperBoundPlanning(PassBase):
     symbolic size ("Non-const tensor should be an activation tensor: mem_offset 16*CeilToInt(...)")."""
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        # Here, not at the top: importing executorch.exir costs seconds (its edge dialect's
+        # YAML), and this module is on the path of a cache hit, which must cost a file read.
+        from executorch.exir.passes import MemoryPlanningPass
+        from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+
         ConstraintBasedSymShapeEvalPass()(graph_module)
         return MemoryPlanningPass()(graph_module)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -81,11 +82,20 @@ def _spec() -> BackendSpec:
 
 @functools.cache
 def unavailable_reason() -> str | None:
-    """Why the OpenVINO backend cannot partition or lower here, or ``None``."""
-    try:
-        import openvino  # noqa: F401
-    except ImportError:
-        return f"the openvino package is not installed ({INSTALL})"
+    """Why the OpenVINO backend cannot partition or lower here, or ``None``: whether its
+    packages are installed, found without importing them."""
+    # Not imported here: ExecuTorch's OpenVINO backend imports nncf and its quantizer (seconds),
+    # and this is asked on every compose, a cache hit's included, which must cost a file read.
+    # Whether the installed versions import together is checked before partitioning.
+    for module in ("openvino", "nncf", "executorch.backends.openvino"):
+        if importlib.util.find_spec(module) is None:
+            return f"the {module} package is not installed ({INSTALL})"
+    return None
+
+
+@functools.cache
+def _import_failure() -> str | None:
+    """Why ExecuTorch's OpenVINO backend does not import (nncf must match openvino), or ``None``."""
     try:
         # It imports pytorch_tokenizers, whose C++ part logs a line on fd 2 when it loads.
         with NativeLog().capture():
@@ -107,7 +117,7 @@ def checked_options(options: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _require_openvino() -> None:
-    reason = unavailable_reason()
+    reason = unavailable_reason() or _import_failure()
     if reason is not None:
         raise ComposerError(f"backend 'openvino' cannot be used: {reason}.")
 
