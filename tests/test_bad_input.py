@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -154,3 +155,37 @@ def test_lower_refuses_to_write_over_its_input_model(tmp_path, capsys, monkeypat
     assert_one_line_error(code, err, f"{target} is the input mlp.pt2", "Name another output")
     assert (tmp_path / "mlp.pt2").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "mlp.pt2"]
+
+
+# A save that stalls once its temporary is whole, so that it can be killed there.
+STALLED_SAVE = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from composer.lower import atomic
+
+    def stall(temporaries):
+        print("written", flush=True)
+        time.sleep(600)
+
+    atomic._rename_all = stall
+    atomic.write_all({Path(sys.argv[1]): b"x" * 20_000_000})
+""")
+
+
+def test_a_later_save_removes_what_a_killed_save_left(tmp_path, capsys):
+    saving = subprocess.Popen(
+        [sys.executable, "-c", STALLED_SAVE, str(tmp_path / "out.pte")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert saving.stdout.readline() == "written\n"
+    saving.kill()
+    saving.wait()
+    (left,) = tmp_path.iterdir()
+    assert left.name.startswith(".out.pte.") and left.stat().st_size == 20_000_000
+    # A save in progress here (this process's own temporary) is left alone.
+    ours = tmp_path / f".other.pte.composer-{os.getpid()}.abcd1234.tmp"
+    ours.write_bytes(b"")
+    code, _, err = run(capsys, "lower", "zoo:mlp", "--backends", "xnnpack", "--quiet", "-o",
+                       tmp_path / "out.pte")  # fmt: skip
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ours.name, "out.pte"]

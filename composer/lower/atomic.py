@@ -11,16 +11,23 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import signal
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from composer.contract.errors import ComposerError
+
+# Temporaries and backups carry their writer's pid: a later save removes those whose writer
+# died (SIGKILL, a power cut) and, should the pid live on in another process, old ones.
+_OURS = re.compile(r"^\..+\.composer-(\d+)\.[^.]+\.(tmp|previous)$")
+STALE_S = 24 * 3600
 
 
 def ptd_name(name: str) -> str:
@@ -111,6 +118,8 @@ def write_all(files: Mapping[Path, bytes]) -> None:
     """
     paths = [Path(path) for path in files]
     check_writable(paths)
+    for directory in {path.parent for path in paths}:
+        remove_stale_temporaries(directory)
     temporaries: dict[Path, str] = {}
     held: list[int] = []
     renamed = False
@@ -159,7 +168,9 @@ def _rename_all(temporaries: Mapping[Path, str]) -> None:
 
 def _backup(path: Path) -> str:
     """A second name for the file at ``path``, so that a later failure can put it back."""
-    backup = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.previous")
+    backup = str(
+        path.parent / f".{path.name}.composer-{os.getpid()}.{secrets.token_hex(4)}.previous"
+    )
     try:
         os.link(path, backup)
     except OSError:  # a file system without hard links
@@ -195,6 +206,38 @@ def _interrupts_held(held: list[int]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Remove the temporaries and backups of composer's saves into ``directory`` whose writer
+    is dead or that are a day old; returns them."""
+    removed = []
+    for entry in os.scandir(directory):
+        match = _OURS.match(entry.name)
+        if match and _stale(entry, int(match.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
+
+
+def _stale(entry: os.DirEntry, pid: int) -> bool:
+    try:
+        if time.time() - entry.stat(follow_symlinks=False).st_mtime > STALE_S:
+            return True
+    except OSError:
+        return False
+    return pid != os.getpid() and not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but another user's
+        return True
+    return True
+
+
 def _umask() -> int:
     # The only portable way to read the umask is to set it; Linux also shows it in /proc.
     try:
@@ -211,7 +254,7 @@ def _umask() -> int:
 def _write_temporary(path: Path, data: bytes) -> str:
     try:
         handle, temporary = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+            dir=path.parent, prefix=f".{path.name}.composer-{os.getpid()}.", suffix=".tmp"
         )
     except OSError as error:
         raise ComposerError(
