@@ -3,6 +3,8 @@ answer, never an answer taken for another (``"no"`` is truthy, so it read as "ye
 
 from __future__ import annotations
 
+import re
+import time
 import warnings
 
 import pytest
@@ -10,10 +12,13 @@ import torch
 from plugins_for_tests import registry_with
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+import composer
 from composer import BackendSpec
 from composer.cli import main
 from composer.contract.errors import BackendListError, ComposerWarning, PluginError
 from composer.contract.hookspecs import HOOKS, hookimpl
+from composer.models import zoo
+from composer.registry import asking
 from composer.registry import discovery as registry_module
 from composer.registry.answers import short_repr
 from composer.registry.discovery import PluginInfo
@@ -176,3 +181,49 @@ def test_lower_with_a_support_answering_no_stops_naming_the_plugin(capsys, tmp_p
     assert line.startswith(f"composer: error: {LABEL}: Answering.is_node_supported returned 'no'")
     assert line.endswith("it must return True or False.")
     assert list(tmp_path.iterdir()) == []
+
+
+class SlowToAnswer:
+    """A plugin whose support hook takes ``seconds`` to answer (a slow or hung compiler)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.spec = BackendSpec("slow", "ComposerTestBackend")
+        self.seconds = seconds
+
+    @hookimpl
+    def composer_backends(self):
+        return [self.spec]
+
+    @hookimpl
+    def composer_operator_support(self, backend, program):
+        time.sleep(self.seconds)
+        return Answering()  # takes nothing
+
+
+def test_a_slow_plugin_is_named_while_it_is_asked_and_its_time_counted(monkeypatch):
+    # Before: silence while the hook slept, then "slow: 0 partition(s) in 0.01 s".
+    monkeypatch.setattr(asking, "SLOW_ANSWER_S", 0.4)
+    registry = registry_with(SlowToAnswer(seconds=1.5))
+    said: list[str] = []
+    model, inputs = zoo.load("mlp")
+    composer.plan(model, ["slow"], inputs, registry=registry, cache=False, progress=said.append)
+    asked = "plugin 'slow' (composer_operator_support)"
+    still = [
+        i
+        for i, line in enumerate(said)
+        if re.fullmatch(rf"still asking {re.escape(asked)} after 0\.\d s", line)
+    ]
+    done = "plugin 'slow' answered composer_operator_support after 1."
+    answered = [i for i, line in enumerate(said) if line.startswith(done)]
+    assert still and answered and still[0] < answered[0], said  # said while it was asked
+    (partition_line,) = [line for line in said if line.startswith("slow: ")]
+    seconds = float(re.fullmatch(r"slow: 0 partition\(s\) in ([\d.]+) s", partition_line)[1])
+    assert seconds >= 1.5, partition_line
+
+
+def test_a_quick_plugin_is_not_mentioned(monkeypatch):
+    monkeypatch.setattr(asking, "SLOW_ANSWER_S", 0.4)
+    lines: list[str] = []
+    model, inputs = zoo.load("mlp")
+    composer.plan(model, ["xnnpack"], inputs, cache=False, progress=lines.append)
+    assert not [line for line in lines if "asking" in line or "answered" in line], lines

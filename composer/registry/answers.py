@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import PluginError
 from composer.contract.options import Option
+from composer.registry.asking import asking
 
 if TYPE_CHECKING:
     import torch
@@ -176,6 +177,7 @@ class CheckedSupport:
         self._support = support
         self._submodules = submodules
         self._who = f"{plugin_label(backend)}: {type(support).__name__}"
+        self._plugin = f"plugin {backend.origin.name!r}"
         # A plain OperatorSupportBase may define the further questions without the base that
         # declares them (composer.ExplainedSupport); one that does not is not asked them.
         self._explain = getattr(support, "reason_unsupported", None)
@@ -187,7 +189,8 @@ class CheckedSupport:
         """Whether the backend takes ``node`` (``is_node_supported``): True or False, nothing
         else (``"no"`` is truthy: taken as yes, the backend would take every node)."""
         try:
-            answer = self._support.is_node_supported(self._submodules, node)
+            with asking(self._plugin, f"is_node_supported, node {node.name}"):
+                answer = self._support.is_node_supported(self._submodules, node)
         except Exception as error:
             from composer.contract.op_names import op_name
 
@@ -207,7 +210,8 @@ class CheckedSupport:
         if self._explain is None:
             return "unsupported op"
         try:
-            reason = self._explain(node)
+            with asking(self._plugin, f"reason_unsupported, node {node.name}"):
+                reason = self._explain(node)
         except Exception as error:
             from composer.contract.op_names import op_name
 
@@ -228,7 +232,8 @@ class CheckedSupport:
         """Why the backend's runtime cannot bind ``node``'s tensor at the edge of a delegate of
         ``partition`` (``reason_unsupported_at_boundary``), or ``None``."""
         try:
-            reason = self._support.reason_unsupported_at_boundary(node, partition)
+            with asking(self._plugin, f"reason_unsupported_at_boundary, node {node.name}"):
+                reason = self._support.reason_unsupported_at_boundary(node, partition)
         except Exception as error:
             raise PluginError(
                 f"{self._who}.reason_unsupported_at_boundary raised on node {node.name}: "

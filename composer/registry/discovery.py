@@ -14,6 +14,7 @@ from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import BackendListError, ComposerError, ComposerWarning, PluginError
 from composer.contract.options import Option
 from composer.registry import answers
+from composer.registry.asking import asking
 from composer.registry.found import Backend, FailedPlugin, PluginInfo
 from composer.registry.names import backend_names
 
@@ -129,7 +130,8 @@ class Registry:
         self._plugin_manager.register(plugin, name=info.name)
         try:
             try:
-                (declared,) = self._hook_of(plugin, "composer_backends")() or [None]
+                with asking(f"plugin {info.name!r}", "composer_backends"):
+                    (declared,) = self._hook_of(plugin, "composer_backends")() or [None]
             except Exception as error:
                 raise PluginError(
                     f"its composer_backends raised {type(error).__name__}: {error}"
@@ -239,8 +241,10 @@ class Registry:
 
     def _ask(self, hook_name: str, backend: Backend, **kwargs: Any) -> Any:
         """What the plugin that declared ``backend`` answers to ``hook_name``, unchecked."""
+        hook = self._hook_of(backend.plugin, hook_name)
         try:
-            return self._hook_of(backend.plugin, hook_name)(backend=backend.spec, **kwargs)
+            with asking(f"plugin {backend.origin.name!r}", hook_name):
+                return hook(backend=backend.spec, **kwargs)
         except ComposerError:
             raise  # the plugin's own message for the user (a bad option value), as it wrote it
         except Exception as error:

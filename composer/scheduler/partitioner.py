@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 from composer.contract.errors import PluginError
 from composer.contract.op_names import op_name
 from composer.registry.answers import plugin_label
+from composer.registry.asking import telling
 from composer.registry.discovery import Backend, Registry
 from composer.scheduler.boundary import CONSTANTS_ONLY, partition_within_boundary, reading_an_input
 from composer.scheduler.guards import (
@@ -268,7 +269,13 @@ class ComposerPartitioner(Partitioner):
         return ep
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        # A plugin slow to answer is named where this compose's progress goes.
+        with telling(self.progress):
+            return self._partition(exported_program)
+
+    def _partition(self, exported_program: ExportedProgram) -> PartitionResult:
         self.entered = True
+        started = time.perf_counter()  # the plugin's time to answer is the partitioning's
         graph = exported_program.graph_module.graph
         guarded = foreign_delegate_nodes(graph)
         support = self.support(exported_program, guarded)
@@ -292,7 +299,6 @@ class ComposerPartitioner(Partitioner):
                 return False
             return True
 
-        started = time.perf_counter()
         taken = {n for n in graph.nodes if n.op == "call_function" and is_offered_and_taken(n)}
         constants = constant_placeholders(exported_program)
         for node, why in chains_kept_with_their_ops(graph, taken, constants).items():
