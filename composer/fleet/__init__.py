@@ -18,11 +18,12 @@ import attrs
 
 from composer.contract.errors import ComposerError
 from composer.fleet.jobs import Job, ResultsFile, jobs_of, run_job
+from composer.lower.atomic import InterruptedAfterWriting, check_writable
 from composer.registry.stack import check_placement
 from composer.report.golden import describe_golden_diff
 from composer.report.sweep_html import sweep_html
 
-__all__ = ["Job", "SweepSummary", "jobs_of", "run_job", "sweep"]
+__all__ = ["Job", "SweepInterrupted", "SweepSummary", "jobs_of", "run_job", "sweep"]
 
 
 @attrs.frozen
@@ -74,40 +75,88 @@ def sweep(
     ``placement``: each job's (``"measured"``: its candidates composed and timed on the node
     that runs the job, so with ``device_resource`` they are timed on that device)."""
     check_placement(placement)
+    _check_before_any_work(workers, bench, html, golden, ray, device_resource)
     say = progress or (lambda line: None)
     jobs = jobs_of(models, stacks)
+    if ray is not None:
+        from composer.fleet.on_ray import connect
+
+        connect(ray)  # before the results file is opened: a wrong address loses no results
     file = ResultsFile(results, resume=resume)
     todo = [job for job in jobs if not file.has(job)]
     skipped = len(jobs) - len(todo)
-    if golden is not None:
-        Path(golden).mkdir(parents=True, exist_ok=True)
+    written = 0
 
     def done(record: dict[str, Any]) -> None:
+        nonlocal written
         if golden is not None and record["ok"]:
             record["golden_check"] = _golden_check(record, Path(golden), update_golden)
         if file.write(record):
+            written += 1
             verdict = "ok" if record["ok"] else f"FAILED: {record.get('error', '')[:200]}"
             check = f" ({record['golden_check']})" if "golden_check" in record else ""
             say(f"{record['model']} @ {record['stack']}: {verdict}{check}")
 
     if skipped:
         say(f"{skipped} job(s) already in {results}: skipped")
+    try:
+        _run(todo, ray, workers, bench, done, device_resource, placement)
+    except KeyboardInterrupt as interrupt:
+        raise SweepInterrupted(results, written, skipped, len(todo) - written) from interrupt
+    records = tuple(file.of(jobs))
+    if html is not None:
+        Path(html).write_text(sweep_html(records))
+    return SweepSummary(records, len(todo), skipped)
+
+
+class SweepInterrupted(InterruptedAfterWriting):
+    """Ctrl-C during a sweep: what it wrote before, and how to go on."""
+
+    def __init__(self, results: str | os.PathLike, written: int, earlier: int, left: int) -> None:
+        # the message, not a list of paths, is what `composer` prints after "interrupted after
+        # writing"; the results file is the one path written
+        beside = f" (beside {earlier} from an earlier run)" if earlier else ""
+        KeyboardInterrupt.__init__(
+            self, f"{written} record(s) to {results}{beside}; {left} job(s) not done: the same "
+            "command with --resume runs them",
+        )  # fmt: skip
+        self.paths = [Path(results)]
+
+
+def _run(todo, ray, workers, bench, done, device_resource, placement) -> None:
+    """The jobs on Ray where ``ray`` names a cluster, else in local processes."""
     if todo and ray is not None:
         from composer.fleet.on_ray import run_on_ray
 
         run_on_ray(todo, ray, bench, done, lambda job: _resources(job, device_resource),
                    placement)  # fmt: skip
     elif todo:
-        if device_resource is not None:
-            raise ComposerError("--device-resource asks Ray for a resource: pass --ray too.")
-        processes = workers or max(1, (os.cpu_count() or 2) // 2)
         from composer.fleet.local import run_locally
 
+        processes = workers or max(1, (os.cpu_count() or 2) // 2)
         run_locally(todo, processes, bench, done, placement)
-    records = tuple(file.of(jobs))
+
+
+def _check_before_any_work(workers, bench, html, golden, ray, device_resource) -> None:
+    """Refuse what would fail only after the jobs ran (or lose the results file's records)."""
+    if workers is not None and workers < 1:
+        raise ComposerError(f"--workers must be 1 or more, not {workers}.")
+    if bench < 0:
+        raise ComposerError(f"--bench must be 1 or more (calls timed a program), not {bench}.")
+    if device_resource is not None and ray is None:
+        raise ComposerError("--device-resource asks Ray for a resource: pass --ray too.")
     if html is not None:
-        Path(html).write_text(sweep_html(records))
-    return SweepSummary(records, len(todo), skipped)
+        check_writable([Path(html)])
+    if golden is not None:
+        folder = Path(golden)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            check_writable([folder / "golden.json"])
+        except (OSError, ComposerError) as error:
+            why = f"{error.strerror}." if isinstance(error, OSError) else str(error)
+            raise ComposerError(
+                f"cannot write the golden plans to {folder}: {why} Pass another --golden."
+            ) from error
 
 
 def _golden_check(record: dict[str, Any], folder: Path, update: bool) -> str:

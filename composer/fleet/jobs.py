@@ -59,7 +59,10 @@ def jobs_of(models: Sequence[str], stacks: Sequence[str]) -> list[Job]:
             named.append(model)
     if not named or not stacks:
         raise ComposerError("a sweep needs at least one model and one stack.")
-    return [Job(model, ",".join(s.split(","))) for model in dict.fromkeys(named) for s in stacks]
+    # a stack named twice ("xnnpack xnnpack", "xnnpack, openvino" and "xnnpack,openvino") is
+    # one job: its one record would otherwise be counted twice
+    unique = dict.fromkeys(",".join(b.strip() for b in s.split(",")) for s in stacks)
+    return [Job(model, stack) for model in dict.fromkeys(named) for stack in unique]
 
 
 def run_job(job: Mapping[str, str], bench: int = 0, placement: str = "priority") -> dict[str, Any]:
@@ -125,27 +128,43 @@ def _latency(composition, runs: int) -> dict[str, float] | str:
 
 class ResultsFile:
     """One JSON record a line, each job's written once, flushed to disk as it comes: a sweep
-    whose driver is killed keeps every result it had, and ``resume`` skips those jobs."""
+    whose driver is killed keeps every result it had, and ``resume`` skips those jobs (not
+    those whose worker died running them: they were never done)."""
 
     def __init__(self, path: str | os.PathLike, *, resume: bool) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.records: dict[str, dict[str, Any]] = self._read() if resume else {}
-        if not resume:
-            self.path.write_text("")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not resume:
+                self.path.write_text("")
+            else:  # the file as read: whole lines only, a torn last line not left before new ones
+                self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records.values()))
+        except OSError as error:
+            raise ComposerError(
+                f"cannot write the results to {self.path}: {error.strerror}. Pass another "
+                "--results."
+            ) from error
 
     def _read(self) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
-        if not self.path.is_file():
-            return found
-        for line in self.path.read_text().splitlines():
+        try:
+            text = self.path.read_text() if self.path.exists() else ""
+        except (OSError, UnicodeDecodeError) as error:
+            raise ComposerError(f"cannot read the results in {self.path} to resume: {error}. "
+                                "Pass another --results.") from error  # fmt: skip
+        for number, line in enumerate(text.splitlines(), 1):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the line a killed driver was writing
-            found.setdefault(Job(record["model"], record["stack"]).key, record)
-        # the file as read, whole lines only: a torn last line is not left in front of new ones
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in found.values()))
+            if not _is_record(record):
+                raise ComposerError(
+                    f'{self.path} line {number} is not a sweep record (no "model" and '
+                    '"stack"): pass another --results, or remove the line to resume.'
+                )
+            if not lost(record):
+                found.setdefault(Job(record["model"], record["stack"]).key, record)
         return found
 
     def has(self, job: Job) -> bool:
@@ -165,3 +184,17 @@ class ResultsFile:
 
     def of(self, jobs: Iterable[Job]) -> list[dict[str, Any]]:
         return [self.records[job.key] for job in jobs if job.key in self.records]
+
+
+def _is_record(record: Any) -> bool:
+    return isinstance(record, dict) and all(
+        isinstance(record.get(field), str) for field in ("model", "stack")
+    )
+
+
+def lost(record: Mapping[str, Any]) -> bool:
+    """A job whose worker died running it: never done, so ``resume`` runs it again. Older
+    sweeps wrote such a job as failed with this error."""
+    return bool(record.get("worker_died")) or str(record.get("error", "")).startswith(
+        "the worker process died"
+    )

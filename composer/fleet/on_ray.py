@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from composer.contract.errors import ComposerError
@@ -37,21 +41,7 @@ def run_on_ray(
 ) -> None:
     """Run ``jobs`` on the Ray cluster at ``address`` ("auto": the one this machine joined),
     handing each record to ``done`` as it comes."""
-    try:
-        import ray
-    except ImportError as error:
-        raise ComposerError(
-            "--ray needs Ray: pip install 'executorch-composer[ray]' (or ray==2.60.0), or leave "
-            "--ray out to run the jobs in local processes."
-        ) from error
-    if not ray.is_initialized():
-        try:
-            ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
-        except ConnectionError as error:
-            raise ComposerError(
-                f"no Ray cluster at {address!r}: start one with `ray start --head` (workers join "
-                f"with `ray start --address HEAD:6379`), or leave --ray out. ({error})"
-            ) from error
+    ray = connect(address)
     task = ray.remote(max_retries=RETRIES)(run_job)
     pending = {
         task.options(**resources(job)).remote(
@@ -67,8 +57,72 @@ def run_on_ray(
                 record = ray.get(ref)
             except ray.exceptions.RayError as error:  # its retries spent
                 record = {"model": job.model, "stack": job.stack, "ok": False,
+                          "worker_died": True,  # --resume runs it again
                           "error": f"the Ray task failed: {type(error).__name__}: {error}"[:2000]}  # fmt: skip
             done(record)
+
+
+def connect(address: str) -> Any:
+    """Ray, connected to the cluster at ``address``; a ComposerError, within seconds, where
+    Ray is not installed or nothing answers there."""
+    try:
+        import ray
+    except ImportError as error:
+        raise ComposerError(
+            "--ray needs Ray: pip install 'executorch-composer[ray]' (or ray==2.60.0), or leave "
+            "--ray out to run the jobs in local processes."
+        ) from error
+    if not ray.is_initialized():
+        check_reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
+        except ConnectionError as error:
+            raise ComposerError(
+                f"no Ray cluster at {address!r}: start one with `ray start --head` (workers join "
+                f"with `ray start --address HEAD:6379`), or leave --ray out. ({error})"
+            ) from error
+    return ray
+
+
+CONNECT_SECONDS = 3.0  # a GCS that does not accept a connection in this long is not there
+
+
+def check_reachable(address: str) -> None:
+    """Refuse ``address`` ("auto": the cluster this machine last joined) unless its GCS accepts
+    a connection: Ray itself retries an address nothing answers at for minutes."""
+    source = ""
+    if address == "auto":
+        address, source = _auto_address()
+        if not address:
+            return  # no cluster recorded here: Ray says so at once
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "local", or a form Ray reads its own way
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_SECONDS).close()
+    except OSError as error:
+        raise ComposerError(
+            f"no Ray cluster answers at {address}{source} ({error.strerror or error}): start one "
+            "with `ray start --head`, pass the address of one that runs, or leave --ray out."
+        ) from error
+
+
+def _auto_address() -> tuple[str, str]:
+    """The address "auto" means, as Ray finds it, and where it was found: RAY_ADDRESS, else
+    the file the last `ray start` on this machine wrote (left behind when a cluster dies)."""
+    if os.environ.get("RAY_ADDRESS", "auto") != "auto":
+        return os.environ["RAY_ADDRESS"], " (from RAY_ADDRESS)"
+    # Ray's temporary folder: RAY_TMPDIR, else TMPDIR on Linux, else /tmp (ray._private.utils)
+    temporary = os.environ.get("RAY_TMPDIR") or (
+        os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None
+    )
+    if temporary is None:
+        temporary = "/tmp" if sys.platform != "win32" else tempfile.gettempdir()
+    recorded = Path(temporary) / "ray" / "ray_current_cluster"
+    try:
+        return recorded.read_text().strip(), f" (from {recorded}, a cluster started earlier)"
+    except OSError:
+        return "", ""
 
 
 @contextlib.contextmanager
