@@ -189,3 +189,21 @@ def test_a_later_save_removes_what_a_killed_save_left(tmp_path, capsys):
                        tmp_path / "out.pte")  # fmt: skip
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == [ours.name, "out.pte"]
+
+
+def test_a_cache_entry_under_another_key_is_not_served(tmp_path, capsys, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(cache))
+    lower = ["lower", "--backends", "xnnpack", "--quiet", "-o", tmp_path / "out.pte"]
+    assert run(capsys, *lower[:1], "zoo:mlp", *lower[1:])[0] == 0
+    mlp_entries = set(cache.glob("*/*.entry"))
+    assert run(capsys, *lower[:1], "zoo:cnn", *lower[1:])[0] == 0
+    # Each of cnn's whole-program entries gets the bytes of mlp's entry of the same kind.
+    for entry in set(cache.glob("*/*.entry")) - mlp_entries:
+        if entry.parent.name in ("program", "module"):
+            mlp_entry = next(e for e in mlp_entries if e.parent == entry.parent)
+            entry.write_bytes(mlp_entry.read_bytes())
+    code, out, err = run(capsys, *lower[:1], "zoo:cnn", *lower[1:])
+    assert code == 0, err
+    assert "aten.convolution" in out  # cnn's plan, lowered again
+    assert "composer: warning: dropped a misplaced (another key's) program cache entry" in err

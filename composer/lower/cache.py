@@ -10,8 +10,8 @@ at them; see :mod:`composer.lower.program_cache`), and lowered partitions (``par
 
 An entry is written to a temporary file and renamed into place, so a reader sees a whole
 entry or none, whatever other processes (pytest-xdist workers, a second terminal) do at the
-same time. It carries a sha256 of its payload: a damaged entry is dropped with a warning and
-its work done again.
+same time. It carries its own key and a sha256 of key and payload: a damaged entry, or one
+found under another key's name, is dropped with a warning and its work done again.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import attrs
 from composer.contract.errors import ComposerError, ComposerWarning
 
 KINDS = ("placement", "program", "module", "plan", "partition")  # the subfolders composer writes
-MAGIC = b"composer-cache 1\n"
+MAGIC = b"composer-cache 2\n"  # 2: the entry holds its key
 DEFAULT_SIZE = 2 << 30
 STALE_TEMPORARY_S = 3600  # a writer that died left its temporary file: removed after an hour
 
@@ -94,23 +94,25 @@ class Store:
         except OSError:
             return None
         head = len(MAGIC) + 32
-        payload = data[head:]
-        if (
-            data[: len(MAGIC)] != MAGIC
-            or hashlib.sha256(payload).digest() != data[len(MAGIC) : head]
-        ):
-            warnings.warn(
-                f"dropped a damaged {self.kind} cache entry ({path}); doing that work again",
-                DamagedEntryWarning,
-                stacklevel=2,
-            )
-            path.unlink(missing_ok=True)
-            return None
+        body = data[head:]
+        stored_key, _, payload = body.partition(b"\n")
+        if data[: len(MAGIC)] != MAGIC or hashlib.sha256(body).digest() != data[len(MAGIC) : head]:
+            return self._drop(path, "a damaged")
+        if stored_key != key.encode():  # whole, but another key's: never this key's answer
+            return self._drop(path, "a misplaced (another key's)")
         try:
             os.utime(path)  # least recently used goes first: a hit counts as a use
         except OSError:
             pass
         return payload
+
+    def _drop(self, path: Path, what: str) -> None:
+        warnings.warn(
+            f"dropped {what} {self.kind} cache entry ({path}); doing that work again",
+            DamagedEntryWarning,
+            stacklevel=3,
+        )
+        path.unlink(missing_ok=True)
 
     def load(self, key: str) -> Any | None:
         """The object pickled under ``key``, or None (also for an entry this version of
@@ -134,8 +136,9 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             try:
+                body = key.encode() + b"\n" + payload
                 with os.fdopen(handle, "wb") as file:
-                    file.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+                    file.write(MAGIC + hashlib.sha256(body).digest() + body)
                 os.replace(temporary, path)
             except BaseException:
                 Path(temporary).unlink(missing_ok=True)
