@@ -102,7 +102,7 @@ def check_reachable(address: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), CONNECT_SECONDS).close()
     except OSError as error:
         raise ComposerError(
-            f"no Ray cluster answers at {address}{source} ({error.strerror or error}): start one "
+            f"no Ray cluster answers at {address} ({error.strerror or error}{source}): start one "
             "with `ray start --head`, pass the address of one that runs, or leave --ray out."
         ) from error
 
@@ -111,7 +111,7 @@ def _auto_address() -> tuple[str, str]:
     """The address "auto" means, as Ray finds it, and where it was found: RAY_ADDRESS, else
     the file the last `ray start` on this machine wrote (left behind when a cluster dies)."""
     if os.environ.get("RAY_ADDRESS", "auto") != "auto":
-        return os.environ["RAY_ADDRESS"], " (from RAY_ADDRESS)"
+        return os.environ["RAY_ADDRESS"], "; the address is RAY_ADDRESS's"
     # Ray's temporary folder: RAY_TMPDIR, else TMPDIR on Linux, else /tmp (ray._private.utils)
     temporary = os.environ.get("RAY_TMPDIR") or (
         os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None
@@ -120,7 +120,10 @@ def _auto_address() -> tuple[str, str]:
         temporary = "/tmp" if sys.platform != "win32" else tempfile.gettempdir()
     recorded = Path(temporary) / "ray" / "ray_current_cluster"
     try:
-        return recorded.read_text().strip(), f" (from {recorded}, a cluster started earlier)"
+        return (
+            recorded.read_text().strip(),
+            f"; the address is from {recorded}, which an earlier `ray start` wrote",
+        )
     except OSError:
         return "", ""
 
