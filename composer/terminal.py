@@ -108,6 +108,13 @@ def _one_line_warnings(show_otherwise):
 # optional kernels that do not load on this machine, torch's notice about an enum a library
 # registers. Set before torch is imported, as the loggers are created at import.
 UPSTREAM_LOGGERS = ("torchao", "torch.utils._pytree")
+# Loggers torch manages: it resets their levels when it is imported, after this runs, so their
+# records below ERROR are filtered instead. symbolic_shapes warns "Unable to find user code"
+# before the one-line error of a model torch.export cannot trace.
+TORCH_LOGGERS = ("torch.fx.experimental.symbolic_shapes",)
+# Files whose plain prints to stderr are dropped: torch.export prints the partial graph of a
+# failed export (20 lines and more) before raising the error composer reports in one line.
+UPSTREAM_PRINTERS = (os.path.join("torch", "export", "_trace.py"),)
 UPSTREAM_WARNINGS = (
     # ExecuTorch warns for every program whose buffers the model updates in place (a KV cache).
     "Mutation on a buffer in the model is detected",
@@ -122,6 +129,7 @@ def upstream_quieted(debug: bool) -> Iterator[None]:
         return
     loggers = [logging.getLogger(name) for name in UPSTREAM_LOGGERS]
     levels = [logger.level for logger in loggers]
+    torch_loggers = [logging.getLogger(name) for name in TORCH_LOGGERS]
     # coremltools draws tqdm bars for every conversion pass; tqdm reads TQDM_* once, when
     # it is imported, which the backends do lazily, after this.
     if "tqdm" not in sys.modules:
@@ -133,8 +141,35 @@ def upstream_quieted(debug: bool) -> Iterator[None]:
             warnings.filterwarnings("ignore", message=message)
         for logger in loggers:
             logger.setLevel(logging.ERROR)
+        for logger in torch_loggers:
+            logger.addFilter(_errors_only)
+        stderr, sys.stderr = sys.stderr, _StderrWithout(sys.stderr, UPSTREAM_PRINTERS)
         try:
             yield
         finally:
+            sys.stderr = stderr
+            for logger in torch_loggers:
+                logger.removeFilter(_errors_only)
             for logger, level in zip(loggers, levels):
                 logger.setLevel(level)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
+class _StderrWithout:
+    """``stream`` less what code in the ``printers`` files writes to it directly (``print``)."""
+
+    def __init__(self, stream, printers: tuple[str, ...]) -> None:
+        self._stream = stream
+        self._printers = printers
+
+    def write(self, text: str) -> int:
+        # print() is C code: the frame above write is the one that called print.
+        if sys._getframe(1).f_code.co_filename.endswith(self._printers):
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from composer.cli import main
+from composer.contract.errors import ComposerError
 from composer.models import zoo
 
 
@@ -79,6 +80,7 @@ def damaged_programs(good: bytes, seed: int = 55) -> list[tuple[str, bytes]]:
 FUZZ_DRIVER = textwrap.dedent("""
     import contextlib, io, json, sys, traceback
     from composer.cli import main
+from composer.contract.errors import ComposerError
 
     inputs, paths = sys.argv[1], sys.argv[2:]
     for path in paths:
@@ -207,3 +209,27 @@ def test_a_cache_entry_under_another_key_is_not_served(tmp_path, capsys, monkeyp
     assert code == 0, err
     assert "aten.convolution" in out  # cnn's plan, lowered again
     assert "composer: warning: dropped a misplaced (another key's) program cache entry" in err
+
+
+DATA_DEPENDENT = textwrap.dedent("""
+    import torch
+
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x - 1
+
+    def model():
+        return Branchy(), (torch.randn(4),)
+""")
+
+
+def test_an_untraceable_model_is_one_line_without_torch_s_graph_dump(tmp_path, capsys, monkeypatch):
+    (tmp_path / "branchy.py").write_text(DATA_DEPENDENT)
+    done = composer_command(tmp_path, "plan", "branchy:model", "--backends", "xnnpack")
+    assert_one_line_error(done.returncode, done.stderr, "torch.export failed for Branchy")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ComposerError, match="torch.export failed"):  # --debug: as it is
+        main(["--debug", "plan", "branchy:model", "--backends", "xnnpack"])
+    assert "def forward(self, arg0_1" in capsys.readouterr().err
