@@ -431,7 +431,9 @@ def _cache(args: argparse.Namespace) -> int:
 def _table(rows: list[tuple[str, ...]]) -> str:
     from tabulate import tabulate
 
-    return tabulate(rows[1:], headers=rows[0], tablefmt="plain", disable_numparse=True)
+    limits = terminal.column_limits(rows, terminal.width())
+    return tabulate(rows[1:], headers=rows[0], tablefmt="plain", disable_numparse=True,
+                    maxcolwidths=limits, maxheadercolwidths=limits)  # fmt: skip
 
 
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
@@ -502,11 +504,31 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+class _Version(argparse.Action):
+    """``--version``: the versions installed, read from package metadata (no torch import)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        def installed(distribution: str) -> str:
+            try:
+                return version(distribution)
+            except PackageNotFoundError:
+                return "not installed"
+
+        print(f"composer {installed('executorch-composer')} (executorch "
+              f"{installed('executorch')}, torch {installed('torch')})")  # fmt: skip
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="composer", description="Compose several ExecuTorch backends into one .pte."
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print composer's, ExecuTorch's and torch's versions"
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True)
 
     backends = commands.add_parser("backends", help="list the backends found")

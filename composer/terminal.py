@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import warnings
@@ -173,3 +174,33 @@ class _StderrWithout:
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+NARROWEST_COLUMN = 12  # a column is wrapped no narrower than this, whatever the terminal
+COLUMN_GAP = 2  # what tabulate's "plain" format puts between columns, and around a header
+
+
+def width() -> int | None:
+    """The terminal's width where output goes to one (or ``$COLUMNS`` is set); None where it
+    goes to a file or a pipe, whose reader wants whole rows."""
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def column_limits(rows: list[tuple[str, ...]], columns: int | None) -> list[int | None]:
+    """The widest each column of ``rows`` (the first: headers) may be for the table to fit
+    ``columns`` characters (None: as wide as it is); the widest columns give way first."""
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    if columns is None:
+        return [None] * len(widths)
+    # A column is never narrower than its header and tabulate's padding around it.
+    floors = [max(NARROWEST_COLUMN, len(header) + COLUMN_GAP) for header in rows[0]]
+    limits = [max(w, f) for w, f in zip(widths, floors)]
+    budget = columns - COLUMN_GAP * (len(widths) - 1)
+    while sum(limits) > budget:
+        shrinkable = [i for i, limit in enumerate(limits) if limit > floors[i]]
+        if not shrinkable:
+            break
+        limits[max(shrinkable, key=limits.__getitem__)] -= 1
+    return [None if limit >= wide else limit for limit, wide in zip(limits, widths)]

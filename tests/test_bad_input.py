@@ -233,3 +233,51 @@ def test_an_untraceable_model_is_one_line_without_torch_s_graph_dump(tmp_path, c
     with pytest.raises(ComposerError, match="torch.export failed"):  # --debug: as it is
         main(["--debug", "plan", "branchy:model", "--backends", "xnnpack"])
     assert "def forward(self, arg0_1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"progress": True}, "progress must be a function taking one line of text, or None"),
+        ({"cache": "no"}, "cache must be True or False, not 'no'."),
+        ({"check": None}, "check must be True or False, not None."),
+        ({"example_inputs": torch.ones(4, 16)}, "example_inputs must be a tuple of the model's"),
+        ({"registry": "xnnpack"}, "registry must be a composer.Registry"),
+        ({"jobs": 0}, "jobs must be a whole number >= 1, or None, not 0."),
+        ({"constant_methods": ["a"]}, "constant_methods must be a dict"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("entry", ["compose", "plan"])
+def test_a_wrong_argument_type_is_named_before_any_work(entry, keywords, message):
+    import composer
+
+    if entry == "plan" and set(keywords) & {"check", "jobs", "constant_methods"}:
+        pytest.skip("compose's own arguments")
+    model, inputs = zoo.load("mlp")
+    keywords = {"example_inputs": inputs, **keywords}
+    with pytest.raises(ComposerError) as raised:
+        getattr(composer, entry)(model, "xnnpack", **keywords)
+    assert str(raised.value) == message or str(raised.value).startswith(message)
+    assert "failed to lower" not in str(raised.value)
+
+
+def test_version_names_composer_executorch_and_torch(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == (
+        f"composer {version('executorch-composer')} (executorch {version('executorch')}, "
+        f"torch {torch.__version__})\n"
+    )
+
+
+def test_backends_fits_the_terminal(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["backends"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    too_wide = [line for line in lines if len(line) > 80 and not line.startswith("failed")]
+    assert not too_wide
+    names = {line.split()[0] for line in lines if line and not line.startswith(" ")}
+    assert {"xnnpack", "cuda", "openvino", "cuda.max_autotune"} <= names

@@ -29,6 +29,7 @@ from composer.lower.program_cache import ProgramCache
 from composer.lower.shared_edge import sharing_edge_programs
 from composer.measure import placement as measured
 from composer.measure.placement_cache import cache_key
+from composer.pipeline.arguments import check_arguments
 from composer.pipeline.methods import MethodsComposition, compose_methods
 from composer.pipeline.proven import composed_and_proven, repaired_stack
 from composer.registry.discovery import Registry
@@ -57,6 +58,7 @@ def plan(
     The arguments are as for :func:`compose`; ``placement="measured"`` composes and times
     candidates for real, so it needs backends that run here.
     """
+    check_arguments(example_inputs, progress, cache, registry)
     model, stack, dynamic_shapes = _recipe_applied(model, stack, example_inputs, dynamic_shapes)
     stack = Stack.of(stack, **settings)
     if dynamic_shapes is not None:
@@ -180,6 +182,7 @@ def compose(
     one program of several methods, each composed with the stack and proven in it
     (:class:`~composer.pipeline.methods.MethodsComposition`).
     """
+    check_arguments(example_inputs, progress, cache, registry, check, jobs, constant_methods)
     if isinstance(model, Mapping):
         return compose_methods(
             model, stack, compose, constant_methods=constant_methods, progress=progress,
