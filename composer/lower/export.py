@@ -7,12 +7,14 @@ import io
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind
 
 from composer.contract.errors import ModelError
+from composer.lower.pending_symbols import shape_envs
 
 Model = ExportedProgram | torch.nn.Module
 
@@ -113,9 +115,26 @@ class _Untouched:
         if self.saved is None:
             return _deepcopy_program(self.program)
         try:
-            return torch.export.load(io.BytesIO(self.saved))
+            loaded = load_program(io.BytesIO(self.saved))
         except Exception:  # noqa: BLE001 - as above: a deepcopy is the next best
             return _deepcopy_program(self.program)
+        # The file drops the names the user gave their Dims, which the plan reports sizes by.
+        for original, copy_ in zip(shape_envs([self.program]), shape_envs([loaded]), strict=False):
+            copy_.source_name_to_debug_name.update(original.source_name_to_debug_name)
+        return loaded
+
+
+def load_program(source: Any) -> ExportedProgram:
+    """``torch.export.load(source)``, with the loaded ShapeEnv's ranges keyed by symbols only."""
+    program = torch.export.load(source)
+    # torch 2.13 loads a derived dim's range (``2*s44: [8, 128]``) into the ShapeEnv beside its
+    # root's; the next retrace (every lowering, ExecuTorch's own) then fails in
+    # ``_replace_unbacked_bindings`` with "expected sympy.Symbol". The derived range follows
+    # from the root's, and range_constraints keeps it for the program's users.
+    for env in shape_envs([program]):
+        for key in [k for k in env.var_to_range if not isinstance(k, sympy.Symbol)]:
+            del env.var_to_range[key]
+    return program
 
 
 def parameters_written(program: ExportedProgram) -> list[str]:

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Iterator
 from torch.export import ExportedProgram
 
 
-def _shape_envs(programs: Iterable[ExportedProgram]) -> list:
+def shape_envs(programs: Iterable[ExportedProgram]) -> list:
+    """The ShapeEnvs of ``programs``' placeholders, each once (copies of a program share one)."""
     envs = []
     for program in programs:
         for node in program.graph.nodes:
@@ -34,7 +35,7 @@ def _shape_envs(programs: Iterable[ExportedProgram]) -> list:
 def pending_symbols_set_aside(programs: Iterable[ExportedProgram]) -> Iterator[None]:
     """Trace inside with none of the unbacked symbols pending in ``programs``' ShapeEnvs."""
     saved = []
-    for env in _shape_envs(programs):
+    for env in shape_envs(programs):
         saved.append((env, list(env.pending_fresh_unbacked_symbols)))
         env.pending_fresh_unbacked_symbols.clear()
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 import attrs
 import torch
@@ -25,7 +26,7 @@ from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
 from composer.scheduler.kept_whole import KeptWholeButLeft
 from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord, StackLowering
-from composer.scheduler.plans import Plan
+from composer.scheduler.plans import Plan, describe_dynamic_dims
 from composer.scheduler.preserved import unsaid_preservation_warnings
 from composer.scheduler.quantized import output_tolerance
 from composer.scheduler.schedule import StackSchedule
@@ -106,7 +107,7 @@ def _lower_once(
     # Read before lowering, which may rewrite the program in place.
     dims, quantization = dynamic_dims(program), output_tolerance(program)
     with torch.no_grad():
-        edge = _lower(program, partitioners, records)
+        edge = _lower(program, partitioners, records, dims)
     if progress is not None:
         progress(f"lowered with {', '.join(b.name for b in backends)} in "
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip
@@ -119,6 +120,7 @@ def _lower(
     program: ExportedProgram,
     partitioners: list[ComposerPartitioner],
     records: list[PartitionRecord],
+    dims: tuple[dict, ...] = (),
 ) -> EdgeProgramManager:
     try:
         with unsaid_preservation_warnings(), pending_symbols_set_aside([program]):
@@ -132,7 +134,7 @@ def _lower(
     except ComposerError:
         raise
     except Exception as error:
-        failure = _lowering_error(error, partitioners, records)
+        failure = _lowering_error(error, partitioners, records, dims)
         # A backend's compiler that raised is the backend's failure, and a repair moves its
         # partition; anything else may be a parameter write, which only a retrace shows.
         if not isinstance(error, CompilerRaised):
@@ -140,6 +142,26 @@ def _lower(
             if written:
                 raise parameters_written_error(written) from error
         raise failure from error
+
+
+def _composer_step(error: BaseException) -> str | None:
+    """``module.function`` of the innermost composer code (a pass, a partitioner's hook) in
+    ``error``'s traceback below this module, or None where only ExecuTorch and torch ran."""
+    package = Path(__file__).resolve().parents[1]
+    step, traceback = None, error.__traceback__
+    while traceback is not None:
+        code = traceback.tb_frame.f_code
+        file = Path(code.co_filename).resolve()
+        if file.is_relative_to(package) and file != Path(__file__).resolve():
+            module = ".".join(file.relative_to(package.parent).with_suffix("").parts)
+            step = f"{module}.{code.co_name}"
+        traceback = traceback.tb_next
+    return step
+
+
+def _dims_said(dims: tuple[dict, ...]) -> str:
+    # A failure on a dynamic program is often about its dims: say which, as the plan would.
+    return f" (the program's dynamic dims: {describe_dynamic_dims(dims)})" if dims else ""
 
 
 def _transform_passes(partitioners: list[ComposerPartitioner]) -> list:
@@ -152,7 +174,10 @@ def _transform_passes(partitioners: list[ComposerPartitioner]) -> list:
 
 
 def _lowering_error(
-    error: Exception, partitioners: list[ComposerPartitioner], records: list[PartitionRecord]
+    error: Exception,
+    partitioners: list[ComposerPartitioner],
+    records: list[PartitionRecord],
+    dims: tuple[dict, ...] = (),
 ) -> ComposerError:
     """Name the backend (and plugin) a failure inside ExecuTorch's lowering belongs to."""
     raised = error if isinstance(error, CompilerRaised) else None
@@ -160,10 +185,18 @@ def _lowering_error(
     happened = said(cause)
     # ExecuTorch partitions and lowers one partitioner at a time, in list order.
     current = next((p for p in reversed(partitioners) if p.entered), None)
+    own = _composer_step(cause)
+    if current is None and own is not None:
+        return ComposerError(
+            f"composer's own step {own} failed while ExecuTorch lowered the program to its edge "
+            f"dialect, before any backend partitioned: {happened}{_dims_said(dims)}. This is a "
+            "bug in composer; please report it with the model (--debug shows the traceback)."
+        )
     if current is None:
         return ComposerError(
             f"ExecuTorch's to_edge_transform_and_lower failed before any backend partitioned: "
-            f"{happened}. Run with --debug (or composer.plan) and report it with the model."
+            f"{happened}{_dims_said(dims)}. Run with --debug (or composer.plan) and report it "
+            "with the model."
         )
     origin = current.backend.origin
     who = f"plugin {origin.name!r} ({origin.distribution}): backend {current.backend.name!r}"

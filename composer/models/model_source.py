@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from composer.contract.errors import ModelError
+from composer.lower.export import load_program
 from composer.models import corpus, zoo
 
 
@@ -81,7 +82,7 @@ def _load(source: str) -> tuple[Any, tuple | None]:
             raise ModelError(f"no such file: {source}. Save one with torch.export.save(ep, path).")
         try:
             with _quiet_logger("torch.export"):  # it logs the whole traceback it then raises
-                program = torch.export.load(path)
+                program = load_program(path)
         except Exception as error:
             raise ModelError(
                 f"{source} is not a readable torch.export archive ({type(error).__name__}: "
