@@ -462,12 +462,12 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         "measured: compose the orders and each backend alone, time them here, keep the fastest",
     )  # fmt: skip
     parser.add_argument(
-        "--tune-budget", type=float, metavar="SECONDS",
+        "--tune-budget", type=_amount, metavar="SECONDS",
         help="with --placement measured: stop composing new candidates after this long (the "
         "declared order and each backend alone are composed first, always)",
     )  # fmt: skip
     parser.add_argument(
-        "--repair-time", type=float, metavar="TIMES",
+        "--repair-time", type=_amount, metavar="TIMES",
         help="how long repairs may search for a program that runs and is right, in multiples "
         "of the first compose (default 3); then composer stops, says why, and writes nothing",
     )  # fmt: skip
@@ -484,7 +484,7 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--threads", type=int, metavar="N",
+        "--threads", type=_count, metavar="N",
         help="the ExecuTorch runtime's threads for XNNPACK in this run (default: the config's, "
         "else one per core); measured placement times with them",
     )  # fmt: skip
@@ -502,6 +502,35 @@ def _sweep(args: argparse.Namespace) -> int:
     print(summary.describe())
     print(f"results: {args.results}" + (f", table: {args.html}" if args.html else ""))
     return 0 if summary.ok else 1
+
+
+def _count(text: str) -> int:
+    """A flag's whole number >= 1 (--threads, --jobs, --bench, --quantize)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return value
+
+
+def _amount(text: str) -> float:
+    """A flag's finite number >= 0 (--tune-budget, --repair-time)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's errors as composer's: one line, exit 2 (``--help`` shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(USER_ERROR, f"composer: error: {message} (see {self.prog} --help)\n")
 
 
 class _Version(argparse.Action):
@@ -522,7 +551,7 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="composer", description="Compose several ExecuTorch backends into one .pte."
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -557,16 +586,16 @@ def build_parser() -> argparse.ArgumentParser:
         "method forward",
     )  # fmt: skip
     lower.add_argument(
-        "--quantize", type=int, nargs="?", const=8, metavar="N",
+        "--quantize", type=_count, nargs="?", const=8, metavar="N",
         help="quantize for the stack first: each backend's nodes with its own quantizer "
         "(XNNPACK: int8), the others float; calibrated on N random batches (default 8)",
     )  # fmt: skip
     lower.add_argument(
-        "--bench", type=int, nargs="?", const=200, metavar="N",
+        "--bench", type=_count, nargs="?", const=200, metavar="N",
         help="time the program against eager and each backend alone (N runs, default 200)",
     )  # fmt: skip
     lower.add_argument(
-        "--jobs", type=int, metavar="N",
+        "--jobs", type=_count, metavar="N",
         help="lower partitions in N processes where the backend lowers each on its own "
         "(default 1)",
     )  # fmt: skip
@@ -578,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--method", default="forward", help="the method to run (default: forward)")
     run.add_argument("--compare", metavar="MODEL", help="check against this model in eager")
     run.add_argument(
-        "--bench", type=int, nargs="?", const=200, metavar="N",
+        "--bench", type=_count, nargs="?", const=200, metavar="N",
         help="fastest, median and p90 latency over N or more calls after warm-up (default 200), "
         "per delegate too",
     )  # fmt: skip

@@ -80,7 +80,6 @@ def damaged_programs(good: bytes, seed: int = 55) -> list[tuple[str, bytes]]:
 FUZZ_DRIVER = textwrap.dedent("""
     import contextlib, io, json, sys, traceback
     from composer.cli import main
-from composer.contract.errors import ComposerError
 
     inputs, paths = sys.argv[1], sys.argv[2:]
     for path in paths:
@@ -281,3 +280,50 @@ def test_backends_fits_the_terminal(capsys, monkeypatch):
     assert not too_wide
     names = {line.split()[0] for line in lines if line and not line.startswith(" ")}
     assert {"xnnpack", "cuda", "openvino", "cuda.max_autotune"} <= names
+
+
+LOWER = ["lower", "zoo:mlp", "--backends", "xnnpack", "-o", "out.pte", "--quiet"]
+PLAN = ["plan", "zoo:mlp", "--backends", "xnnpack"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([*PLAN, "--threads", "0"], "--threads: must be a whole number >= 1, not '0'"),
+        ([*PLAN, "--threads", "two"], "--threads: must be a whole number >= 1, not 'two'"),
+        ([*PLAN, "--tune-budget", "nan"], "--tune-budget: must be a number >= 0, not 'nan'"),
+        ([*PLAN, "--repair-time", "-1"], "--repair-time: must be a number >= 0, not '-1'"),
+        ([*PLAN, "--placement", "fast"], "--placement: invalid choice: 'fast'"),
+        ([*PLAN, "--dynamic", "0:9=1..4"], "the dim must exist"),
+        ([*PLAN, "--option", "xnnpack.nope=1"], "unknown option 'nope' for backend 'xnnpack'"),
+        ([*PLAN, "--config", "nope.toml"], "no such config file: nope.toml"),
+        ([*LOWER, "--jobs", "0"], "--jobs: must be a whole number >= 1, not '0'"),
+        ([*LOWER, "--bench", "-1"], "--bench: must be a whole number >= 1, not '-1'"),
+        ([*LOWER, "--bench", "0"], "--bench: must be a whole number >= 1, not '0'"),
+        ([*LOWER, "--quantize", "0"], "--quantize: must be a whole number >= 1, not '0'"),
+        ([*LOWER, "--report", "r.txt"], "--report must end in .json or .html"),
+        ([*LOWER, "--method", "=zoo:mlp"], "--method takes NAME=MODEL"),
+        (["run", "{pte}", "--inputs", "inputs.pt", "--bench", "0"], "--bench: must be a whole"),
+        (["run", "{pte}", "--inputs", "inputs.pt", "--threads", "-2"], "--threads: must be a"),
+        (["run", "{pte}", "--inputs", "nope.pt"], "no such inputs file: nope.pt"),
+        (["run", "{pte}", "--inputs", "junk.pt"], "cannot read inputs from junk.pt"),
+        (["run", "{pte}", "--inputs", "text.pt"], "input 0 must be a tensor"),
+        (["run", "{pte}", "--compare", "zoo:nope"], "no zoo model 'nope'"),
+        (["run", "."], "no such file: ."),
+        (["nope"], "argument command: invalid choice: 'nope'"),
+    ],
+)
+def test_each_bad_flag_value_is_one_line_and_exit_2(
+    program, tmp_path, capsys, monkeypatch, argv, message
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "junk.pt").write_text("junk")
+    torch.save(("text",), tmp_path / "text.pt")
+    torch.save(zoo.load("mlp")[1], tmp_path / "inputs.pt")
+    argv = [str(program) if a == "{pte}" else a for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as exited:  # argparse's errors exit
+        code = exited.code
+    assert_one_line_error(code, capsys.readouterr().err, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inputs.pt", "junk.pt", "text.pt"]
