@@ -43,7 +43,7 @@ def _compose_in_a_new_process(model: str, backends: str, env: dict[str, str]) ->
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(("model", "backends"), [("mlp", "xnnpack")])
+@pytest.mark.parametrize(("model", "backends"), [("mlp", "xnnpack"), ("cnn", "openvino,xnnpack")])
 def test_a_cache_hit_in_a_new_process_imports_no_compiler(model, backends, tmp_path):
     env = {**_environ(), "COMPOSER_CACHE_DIR": str(tmp_path / "cache")}
     first = _compose_in_a_new_process(model, backends, env)
