@@ -15,7 +15,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 import composer
 from composer.contract import hookspecs
 from composer.contract.errors import ComposerWarning, PluginError
-from composer.contract.hookspecs import BackendPlugin
+from composer.contract.hookspecs import BackendPlugin, hookimpl
 from composer.models import zoo
 from composer.registry.discovery import PluginInfo, Registry
 
@@ -49,7 +49,31 @@ class WithOptions(SampleAsClass):
 
 
 class NoSpec(BackendPlugin):
-    pass
+    def composer_operator_support(self, backend, program):
+        return ReluAndCumsum()
+
+
+class NoSupport(BackendPlugin):
+    spec = composer.BackendSpec("no_support", "ClassPluginBackend")
+
+
+class TwoBackends(SampleAsClass):
+    """A plugin of several backends declares them itself, and needs no ``spec``."""
+
+    def composer_backends(self):
+        return [composer.BackendSpec(name, "ClassPluginBackend") for name in ("one", "two")]
+
+
+class MisspeltHookFunctions:
+    """A module-style plugin (``@hookimpl`` functions) whose support hook is misspelt."""
+
+    @hookimpl
+    def composer_backends(self):
+        return [composer.BackendSpec("misspelt", "ClassPluginBackend")]
+
+    @hookimpl
+    def composer_operator_suport(self, backend, program):
+        return ReluAndCumsum()
 
 
 @pytest.fixture
@@ -83,11 +107,48 @@ def test_hooks_a_backend_plugin_leaves_alone_give_their_defaults():
     assert registry.quantizer(backend, {}) is None
 
 
-def test_a_backend_plugin_without_a_spec_is_skipped_saying_so():
+def test_a_backend_plugin_without_a_spec_cannot_be_instantiated():
+    with pytest.raises(TypeError, match=r"NoSpec cannot be instantiated: it must give a spec"):
+        NoSpec()
+
+
+def test_a_backend_plugin_that_says_nothing_of_what_it_takes_cannot_be_instantiated():
+    with pytest.raises(TypeError, match=r"override composer_operator_support or composer_part"):
+        NoSupport()
+
+
+def test_a_backend_plugin_declaring_its_backends_itself_needs_no_spec():
+    registry = registry_with(TwoBackends())
+    assert [backend.name for backend in registry.resolve(["one", "two"])] == ["one", "two"]
+
+
+def test_a_misspelt_hook_method_is_refused_when_the_class_is_defined():
+    with pytest.raises(PluginError) as raised:
+
+        class Misspelt(SampleAsClass):
+            def composer_operator_suport(self, backend, program):
+                return ReluAndCumsum()
+
+    assert "Misspelt.composer_operator_suport is named like a composer hook" in str(raised.value)
+    assert "no hook composer_operator_suport: did you mean composer_operator_support?" in str(
+        raised.value
+    )
+
+
+def test_a_misspelt_hook_function_skips_the_plugin_naming_it_and_the_hook():
     registry = Registry.from_entry_points()
-    with pytest.warns(ComposerWarning, match="NoSpec sets no spec"):
-        registry.add_plugin(NoSpec(), PluginInfo("nospec", "composer-nospec", "0"))
-    assert [f.name for f in registry.failed if f.name == "nospec"] == ["nospec"]
+    info = PluginInfo("misspelt", "composer-misspelt", "0")
+    with pytest.warns(ComposerWarning) as warned:
+        registry.add_plugin(MisspeltHookFunctions(), info)
+    (message,) = [str(w.message) for w in warned if "misspelt" in str(w.message)]
+    assert message.startswith("composer plugin 'misspelt' (from composer-misspelt) was skipped")
+    assert (
+        "its composer_operator_suport is named like a composer hook but there is no hook "
+        "composer_operator_suport: did you mean composer_operator_support?"
+    ) in message
+    assert [f.name for f in registry.failed if f.name == "misspelt"] == ["misspelt"]
+    with pytest.raises(composer.BackendListError, match="its plugin failed to load"):
+        registry.resolve(["misspelt"])
 
 
 class WrongOptions(SampleAsClass):
@@ -117,8 +178,8 @@ class WrongReason(SampleAsClass):
         (
             WrongOptions(),
             (
-                "plugin 'wrong_options' (composer-test-wrong_options) returned dict from "
-                "composer_options for backend 'wrong_options'; it must return a list of "
+                "plugin 'wrong_options' (composer-test-wrong_options) returned "
+                "{'precision': 'fp32'} from composer_options; it must return a list of "
                 "composer.Option (or None: no options)."
             ),
         ),
@@ -132,8 +193,8 @@ class WrongReason(SampleAsClass):
         (
             WrongReason(),
             (
-                "plugin 'wrong_reason' returned int from composer_unavailable_reason; it must "
-                "return a string or None."
+                "plugin 'wrong_reason' (composer-test-wrong_reason) returned 42 from "
+                "composer_unavailable_reason; it must return a reason (a non-empty string) or None."
             ),
         ),
     ],

@@ -261,7 +261,8 @@ def test_third_party_plugin_installed_with_pip_stacks_with_the_others(installed_
 
 
 def test_cli_lists_third_party_and_broken_plugins(installed_plugins):
-    env = {**os.environ, "PYTHONPATH": str(installed_plugins)}
+    # Wide enough that the table keeps whole names (it fits the terminal's width).
+    env = {**os.environ, "PYTHONPATH": str(installed_plugins), "COLUMNS": "200"}
     done = subprocess.run(
         [sys.executable, "-m", "composer.cli", "backends"],
         env=env, capture_output=True, text=True, check=True,

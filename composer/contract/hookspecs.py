@@ -28,10 +28,14 @@ naming the plugin when one breaks the contract.
 
 from __future__ import annotations
 
+import abc
+import difflib
 import inspect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
 import pluggy
+
+from composer.contract.errors import PluginError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -52,28 +56,68 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
-class BackendPlugin:
+class _PluginClass(abc.ABCMeta):
+    """ABCMeta, less ``spec`` for a class that declares its backends itself."""
+
+    def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs):
+        cls = super().__new__(mcls, name, bases, namespace, **kwargs)
+        # The base is the last class of its kind in the MRO; a subclass that overrides its
+        # composer_backends answers for its backends without one ``spec``.
+        base = [k for k in cls.__mro__ if isinstance(k, _PluginClass)][-1]
+        if cls is not base and cls.composer_backends is not base.composer_backends:
+            cls.__abstractmethods__ = cls.__abstractmethods__ - {"spec"}
+        return cls
+
+
+class BackendPlugin(metaclass=_PluginClass):
     """A composer backend plugin as a class: the hooks, each with its default and what it answers.
 
     Derive from it, set ``spec`` (the one backend the plugin provides) and ``options`` (the
-    ``composer.Option``s it takes), override the hooks your backend answers, and register an
-    instance under the ``composer`` entry-point group. An override needs no ``@hookimpl``: a
-    subclass's method named after a hook is one. A plugin of several backends overrides
-    ``composer_backends`` and reads ``backend.name`` in the other hooks.
+    ``composer.Option``s it takes), override ``composer_operator_support`` or
+    ``composer_partitioner`` and the other hooks your backend answers, and register an instance
+    under the ``composer`` entry-point group. An override needs no ``@hookimpl``: a subclass's
+    method named after a hook is one, and a method named ``composer_*`` that is no hook is
+    refused when the class is defined. A plugin of several backends overrides
+    ``composer_backends`` (then it needs no ``spec``) and reads ``backend.name`` in the other
+    hooks. A class without what it must give cannot be instantiated (``TypeError``).
 
     The methods below are also the hook specifications (``PluginManager.add_hookspecs``): a
     module of ``@hookimpl`` functions implements the same names with the same arguments, less
     ``self``.
     """
 
-    spec: BackendSpec
     options: tuple[Option, ...] = ()
+
+    @property
+    @abc.abstractmethod
+    def spec(self) -> BackendSpec:
+        """The :class:`composer.BackendSpec` of the one backend this plugin provides (a class
+        attribute will do); ``composer_backends`` answers ``[spec]``."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         for name, value in vars(cls).items():
+            if name.startswith(PROJECT_NAME + "_") and name not in HOOKS:
+                raise PluginError(unknown_hook_message(f"{cls.__qualname__}.{name}", name))
             if name in HOOKS and inspect.isfunction(value) and not hasattr(value, _IMPL):
                 hookimpl(value)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        missing = [_MUST_GIVE.get(name, name) for name in sorted(cls.__abstractmethods__)]
+        if _only_default(cls, "composer_operator_support", "composer_partitioner"):
+            missing.append(_MUST_GIVE["support"])
+        if missing:
+            raise TypeError(
+                f"{cls.__qualname__} cannot be instantiated: it must give {'; and '.join(missing)}."
+            )
+        return super().__new__(cls)
+
+    def checked_options(self, options: Mapping[str, str] | None) -> dict[str, str]:
+        """``options`` checked against ``self.options``, defaults filled in: hooks reached
+        without composer's own check (``composer.partitioner(name, ...)``) check them too."""
+        from composer.contract.options import check_options
+
+        return check_options(self.spec.name, self.options, options)
 
     @hookspec
     @hookimpl
@@ -94,13 +138,7 @@ class BackendPlugin:
         Default (a :class:`BackendPlugin`): ``[self.spec]``. A module of hook functions must
         implement it.
         """
-        spec = getattr(self, "spec", None)
-        if spec is None:
-            raise NotImplementedError(
-                f"{type(self).__name__} sets no spec: set it to the BackendSpec of the plugin's "
-                "backend, or override composer_backends"
-            )
-        return [spec]
+        return [self.spec]
 
     @hookspec(firstresult=True)
     @hookimpl
@@ -255,3 +293,26 @@ class BackendPlugin:
 # The hooks' names, and the attribute pluggy's marker puts on an implementation.
 HOOKS = frozenset(name for name in vars(BackendPlugin) if name.startswith(PROJECT_NAME + "_"))
 _IMPL = PROJECT_NAME + "_impl"
+# What a BackendPlugin subclass must give, as its TypeError says it.
+_MUST_GIVE = {
+    "spec": "a spec (the BackendSpec of its backend; or override composer_backends)",
+    "support": "what its backend takes (override composer_operator_support or "
+    "composer_partitioner)",
+}
+
+
+def _only_default(cls: type, *hooks: str) -> bool:
+    """Whether ``cls`` leaves every one of ``hooks`` to :class:`BackendPlugin`'s default."""
+    return all(getattr(cls, hook) is getattr(BackendPlugin, hook) for hook in hooks)
+
+
+def unknown_hook_message(where: str, name: str) -> str:
+    """Why ``name`` (``where``: the class's method, the plugin's function) is refused: it is
+    named like a hook but is none, so composer would never call it."""
+    near = difflib.get_close_matches(name, sorted(HOOKS), n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    return (
+        f"{where} is named like a composer hook but there is no hook {name}: {hint}"
+        f"the hooks are {', '.join(sorted(HOOKS))}. Rename it, or leave the composer_ prefix "
+        "to hooks."
+    )

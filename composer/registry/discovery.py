@@ -127,8 +127,12 @@ class Registry:
             self._backends[spec.name] = Backend(spec, plugin, info)
 
     def _declared_backends(self, plugin: Any, info: PluginInfo) -> list[BackendSpec]:
-        self._plugin_manager.register(plugin, name=info.name)
         try:
+            self._plugin_manager.register(plugin, name=info.name)
+        except pluggy.PluginValidationError as error:  # an argument its hook spec lacks
+            raise PluginError(f"pluggy refused it: {error}") from error
+        try:
+            self._check_hook_names(plugin)
             try:
                 with asking(f"plugin {info.name!r}", "composer_backends"):
                     (declared,) = self._hook_of(plugin, "composer_backends")() or [None]
@@ -140,6 +144,17 @@ class Registry:
         except PluginError:
             self._plugin_manager.unregister(plugin)
             raise
+
+    def _check_hook_names(self, plugin: Any) -> None:
+        """pluggy's ``check_pending``: a hook implementation of a name composer does not
+        declare (a misspelling) would never be called; say which."""
+        try:
+            self._plugin_manager.check_pending()
+        except pluggy.PluginValidationError as error:
+            callers = self._plugin_manager.get_hookcallers(plugin) or []
+            unknown = sorted(caller.name for caller in callers if not caller.has_spec())
+            name = unknown[0] if unknown else str(error)
+            raise PluginError(hookspecs.unknown_hook_message(f"its {name}", name)) from error
 
     def has_plugin(self, plugin: Any) -> bool:
         """Whether ``plugin`` (a module or object) is registered here."""
