@@ -11,6 +11,7 @@ from pathlib import Path
 import attrs
 import torch
 from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_transform_and_lower
+from executorch.exir.program._program import _default_decomposition_table
 from torch.export import ExportedProgram
 
 from composer.contract.backend_spec import safer_options_change
@@ -25,6 +26,7 @@ from composer.registry.resolved import ResolvedStack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
 from composer.scheduler.kept_whole import KeptWholeButLeft
+from composer.scheduler.origins import origin_name
 from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord, StackLowering
 from composer.scheduler.plans import Plan, describe_dynamic_dims
 from composer.scheduler.preserved import unsaid_preservation_warnings
@@ -51,9 +53,27 @@ def lower_stack(
     # attempt decomposes at least one more.
     decomposed: dict[str, dict[str, str]] = {}  # origin -> backend that left it -> why
     gone: set[str] = set()  # their names, which pins may name
+    tried: set[str] = set()  # ops decomposed after ExecuTorch's decomposition failed
     while True:
         try:
             return _lower_once(program, resolved, progress, decomposed, gone)
+        except DecompositionFailed as failed:
+            # An op kept whole for a backend can break ExecuTorch's retrace of the others'
+            # decompositions (issue 56: SDPA kept for cuda after XNNPACK's pass took the
+            # clone before a view). Decompose one kept op at a time, the backends after the
+            # first first, until the program traces; else the refusal names what was tried.
+            op = next((op for op in failed.kept if op not in tried), None)
+            if op is None or len(tried) >= MAX_DECOMPOSITION_TRIES:
+                raise failed.refusal(tried) from failed
+            tried.add(op)
+            if again is not None:
+                program = again()
+            why = f"ExecuTorch's decomposition failed with it kept whole: {failed.happened}"
+            for origin in failed.kept[op]:
+                decomposed.setdefault(origin, {})[DECOMPOSITION] = why
+            if progress is not None:
+                progress(f"ExecuTorch's decomposition failed with {op} kept whole "
+                         f"({failed.happened}); lowering again with it decomposed")  # fmt: skip
         except KeptWholeButLeft as left:
             if all(origin in decomposed for origin, _ in left.nodes.values()):
                 raise
@@ -134,7 +154,7 @@ def _lower(
     except ComposerError:
         raise
     except Exception as error:
-        failure = _lowering_error(error, partitioners, records, dims)
+        failure = _lowering_error(error, partitioners, records, dims, program)
         # A backend's compiler that raised is the backend's failure, and a repair moves its
         # partition; anything else may be a parameter write, which only a retrace shows.
         if not isinstance(error, CompilerRaised):
@@ -142,6 +162,52 @@ def _lower(
             if written:
                 raise parameters_written_error(written) from error
         raise failure from error
+
+
+class DecompositionFailed(ComposerError):
+    """ExecuTorch's decomposition, before any backend partitioned, failed; ``kept``: the ops
+    the stack kept whole that a decomposition would split, each with its nodes' origins, in
+    the order to try decomposing them."""
+
+    def __init__(self, message: str, happened: str, kept: Mapping[str, set[str]]) -> None:
+        super().__init__(message)
+        self.happened, self.kept = happened, dict(kept)
+
+    def refusal(self, tried: set[str]) -> ComposerError:
+        if not tried:
+            return ComposerError(str(self))
+        return ComposerError(
+            f"ExecuTorch's to_edge_transform_and_lower failed before any backend partitioned: "
+            f"{self.happened}, also with {', '.join(sorted(tried))} decomposed. Compose with "
+            "fewer backends (each alone lowers where the stack did not), or report it with the "
+            "model (--debug shows the traceback)."
+        )
+
+
+# Each try costs a decomposition of the whole program; the culprit is usually the first.
+MAX_DECOMPOSITION_TRIES = 4
+DECOMPOSITION = "ExecuTorch's decomposition"  # the key of such a node in ``decomposed``
+
+
+def _kept_whole(
+    partitioners: list[ComposerPartitioner], program: ExportedProgram | None
+) -> dict[str, set[str]]:
+    """The ops a backend of the stack kept whole that ExecuTorch would otherwise decompose,
+    those only a backend after the first asked for first, each with its nodes' origins."""
+    if program is None:
+        return {}
+    table = _default_decomposition_table()
+    first = partitioners[0].kept_whole_ops if partitioners else frozenset()
+    # What only a later backend keeps whole is what the earlier ones' passes did not expect.
+    later = [op for p in partitioners[1:] for op in p.kept_whole_ops if op not in first]
+    everything = [op for p in partitioners if p.asked_to_keep for op in p.asked_to_keep[0]]
+    ordered = [op for op in dict.fromkeys([*later, *everything]) if op in table]
+    kept: dict[str, set[str]] = {}
+    for op in ordered:
+        origins = {origin_name(n) for n in program.graph.nodes if n.target is op}
+        if origins:
+            kept[str(op)] = origins
+    return kept
 
 
 def _composer_step(error: BaseException) -> str | None:
@@ -178,6 +244,7 @@ def _lowering_error(
     partitioners: list[ComposerPartitioner],
     records: list[PartitionRecord],
     dims: tuple[dict, ...] = (),
+    program: ExportedProgram | None = None,
 ) -> ComposerError:
     """Name the backend (and plugin) a failure inside ExecuTorch's lowering belongs to."""
     raised = error if isinstance(error, CompilerRaised) else None
@@ -193,10 +260,12 @@ def _lowering_error(
             "bug in composer; please report it with the model (--debug shows the traceback)."
         )
     if current is None:
-        return ComposerError(
+        return DecompositionFailed(
             f"ExecuTorch's to_edge_transform_and_lower failed before any backend partitioned: "
             f"{happened}{_dims_said(dims)}. Run with --debug (or composer.plan) and report it "
-            "with the model."
+            "with the model.",
+            happened,
+            _kept_whole(partitioners, program),
         )
     origin = current.backend.origin
     who = f"plugin {origin.name!r} ({origin.distribution}): backend {current.backend.name!r}"
