@@ -418,6 +418,15 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _conformance(args: argparse.Namespace) -> int:
+    from composer.conformance import command
+
+    stacks = [command.parse_stack(text) for text in args.stacks]
+    return command.run(
+        stacks, args.report_dir, models=args.models, keyword=args.keyword, jobs=args.jobs
+    )
+
+
 def _cache(args: argparse.Namespace) -> int:
     from composer.lower import cache
 
@@ -654,6 +663,21 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--node", help="a node name from the plan")
     which.add_argument("--op", help="every node of this op, e.g. aten.cumsum.default")
     explain.set_defaults(run=_explain)
+
+    conformance = commands.add_parser(
+        "conformance", help="ExecuTorch's backend test suite through composer, beside plain"
+    )
+    conformance.add_argument(
+        "--stack", dest="stacks", action="append", default=[], metavar="A,B",
+        help="a stack to test, backends in priority order (repeatable; default: each backend "
+        "that runs here, alone and before xnnpack)",
+    )  # fmt: skip
+    conformance.add_argument("--models", action="store_true", help="the model tests too")
+    conformance.add_argument("-k", dest="keyword", help="pytest -k: which tests (conv2d or linear)")
+    conformance.add_argument("--report-dir", default="conformance", help="where the suite's "
+                             "JSON and CSV reports go (default ./conformance)")  # fmt: skip
+    conformance.add_argument("--jobs", type=_count, metavar="N", help="pytest-xdist processes")
+    conformance.set_defaults(run=_conformance)
     return parser
 
 

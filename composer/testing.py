@@ -40,6 +40,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite composer's golden plan files instead of comparing with them",
     )
+    group.addoption(
+        "--composer-flows",
+        default=None,
+        metavar="STACKS",
+        help="run ExecuTorch's backend test suite (executorch.backends.test.suite) with these "
+        "stacks through composer, each beside the suite's plain flow: comma-separated, a "
+        "stack's backends joined by '+' (xnnpack,openvino+xnnpack)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser, args) -> None:
+    # The suite's conftest reads its flows when it is imported, which for a path on the
+    # command line is before pytest_configure: the flows are replaced here, earlier.
+    flows = early_config.known_args_namespace.composer_flows
+    if flows:
+        from composer.conformance.plugin import activate
+
+        activate(early_config, flows)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,135 @@
+"""``composer conformance``: the suite's tests over composer's flows and plain's, and the table.
+
+pytest runs in a process of its own, so the suite's conftest imports the flows composer's
+pytest plugin puts in (it reads them once, when it is imported), with an empty ini file so
+that the caller's pytest settings (addopts, markers) do not change the suite's run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from composer.conformance import results
+from composer.conformance.flows import COMPOSER_PREFIX, STACK_JOIN, stack_name
+from composer.contract.errors import ComposerError
+
+SUITES = {
+    "operators": "executorch.backends.test.suite.operators",
+    "models": "executorch.backends.test.suite.models",
+}
+PARTNER = "xnnpack"  # the common deploy case: a backend, and XNNPACK for what it declines
+
+
+def default_stacks() -> list[tuple[str, ...]]:
+    """Each backend that lowers here and whose delegates this runtime runs: alone, and before
+    XNNPACK."""
+    from composer.registry.discovery import default_registry
+    from composer.run.runtime import registered_backends
+
+    registry, runnable = default_registry(), registered_backends()
+    names = [
+        name
+        for name, backend in registry.backends.items()
+        if registry.unavailable_reason(backend) is None and backend.spec.backend_id in runnable
+    ]
+    stacks = [(name,) for name in names]
+    return stacks + [(name, PARTNER) for name in names if name != PARTNER and PARTNER in names]
+
+
+def pytest_command(
+    stacks: Sequence[Sequence[str]], report_dir: Path, *, models: bool, keyword: str | None,
+    jobs: int | None,
+) -> list[str]:  # fmt: skip
+    """The pytest command line that runs the suite with these stacks' flows."""
+    if importlib.util.find_spec("pytest_jsonreport") is None:
+        raise ComposerError(
+            "composer conformance reads the suite's JSON report, written by pytest-json-report: "
+            "pip install pytest-json-report"
+        )
+    ini = report_dir / "pytest.ini"
+    ini.write_text("[pytest]\n")
+    flows = ",".join(stack_name(s) for s in stacks)
+    command = [sys.executable, "-m", "pytest", "--pyargs", SUITES["operators"]]
+    command += [SUITES["models"]] if models else []
+    command += ["-c", str(ini), "--rootdir", str(report_dir), "-p", "no:cacheprovider"]
+    command += [f"--composer-flows={flows}", "--json-report", f"--json-report-file={report_dir / 'report.json'}"]  # fmt: skip
+    command += ["-q", "--tb=no", "--disable-warnings", "-rN"]
+    command += ["-k", keyword] if keyword else []
+    command += ["-n", str(jobs)] if jobs and jobs > 1 else []
+    return command
+
+
+def _ratio(row: results.FlowCounts, rows: dict[str, results.FlowCounts]) -> str:
+    plain = rows.get(row.flow.removeprefix(COMPOSER_PREFIX))
+    if not row.flow.startswith(COMPOSER_PREFIX) or plain is None or not plain.seconds:
+        return ""
+    return f"{row.seconds / plain.seconds:.2f}x plain"
+
+
+def flow_table(cases: Sequence[results.Case]) -> list[str]:
+    """One line per flow: passed (undelegated passes apart), failed, skipped, seconds."""
+    rows = results.flow_counts(cases)
+    by_name = {r.flow: r for r in rows}
+    width = max([len(r.flow) for r in rows] + [4])
+    lines = [f"{'flow':<{width}}  passed  failed  skipped  seconds"]
+    for row in rows:
+        passed = f"{row.passed}" + (f" ({row.passed_undelegated} undelegated)" if row.passed_undelegated else "")  # fmt: skip
+        lines.append(
+            f"{row.flow:<{width}}  {passed:>6}  {row.failed:>6}  {row.skipped:>7}  "
+            f"{row.seconds:>7.1f}  {_ratio(row, by_name)}".rstrip()
+        )
+        if row.lowered_nothing:
+            lines.append(f"  {row.flow} delegated nothing in any case: its lowering is broken")
+    return lines
+
+
+def difference_lines(cases: Sequence[results.Case]) -> list[str]:
+    """For each case composer and plain judged differently: who failed, and why."""
+    lines = []
+    for diff in results.differences(cases):
+        lines.append(
+            f"{diff.key} ({diff.stack}): composer {diff.composer.outcome}, plain {diff.plain.outcome}"
+        )
+        for who, case in (("plain", diff.plain), ("composer", diff.composer)):
+            if case.outcome != "passed" and case.why:
+                lines.append(f"  {who}: {case.why}")
+        said = [line for line in diff.composer.composer if not line.startswith("proof")]
+        lines += [f"  composer {line}" for line in (said or diff.composer.composer[:1])]
+    return lines
+
+
+def lost_cases(cases: Sequence[results.Case]) -> list[results.Difference]:
+    """Cases plain passes and composer does not: what ``composer conformance`` fails on."""
+    return [d for d in results.differences(cases) if d.plain.outcome == "passed"]
+
+
+def run(
+    stacks: Sequence[Sequence[str]], report_dir: str | Path, *, models: bool = False,
+    keyword: str | None = None, jobs: int | None = None,
+) -> int:  # fmt: skip
+    """Run the suite, write its JSON and CSV reports, print the tables; 0 when composer lost no
+    case plain passed and every flow delegated something."""
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    stacks = list(stacks) or default_stacks()
+    print("flows: " + ", ".join(f"{COMPOSER_PREFIX}{stack_name(s)} beside {stack_name(s)}" for s in stacks))  # fmt: skip
+    command = pytest_command(stacks, report_dir, models=models, keyword=keyword, jobs=jobs)
+    exit_code = subprocess.run(command, check=False).returncode
+    report = report_dir / "report.json"
+    if exit_code not in (0, 1) or not report.exists():
+        raise ComposerError(f"the suite's run ended with pytest exit code {exit_code}; nothing to report")  # fmt: skip
+    cases = results.load(report)
+    results.write_suite_csv(report, report_dir / "report.csv")
+    print("\n".join(["", *flow_table(cases), "", *(difference_lines(cases) or ["composer and plain agree on every case"])]))  # fmt: skip
+    print(f"\nreports: {report} and {report_dir / 'report.csv'}")
+    broken = [r for r in results.flow_counts(cases) if r.lowered_nothing]
+    return 1 if lost_cases(cases) or broken else 0
+
+
+def parse_stack(text: str) -> tuple[str, ...]:
+    """``"openvino,xnnpack"`` (the CLI's spelling) or ``"openvino+xnnpack"`` -> the backends."""
+    return tuple(b.strip() for b in text.replace(STACK_JOIN, ",").split(",") if b.strip())

@@ -1,0 +1,240 @@
+"""Flows for ExecuTorch's backend test suite: composer's stacks beside the suite's plain ones.
+
+A composer flow lowers each case with ``composer.compose(program, stack, inputs)`` (its proof
+on), and the suite serializes, runs and compares exactly the bytes composer wrote. The plain
+flow of a stack lists each backend's own partitioner, as the suite's flow for that backend
+makes it, in one ``to_edge_transform_and_lower``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+COMPOSER_PREFIX = "composer_"
+STACK_JOIN = "+"  # "openvino+xnnpack": a flow name is also a pytest id, where "," would split
+
+
+def parse_stacks(text: str) -> list[tuple[str, ...]]:
+    """``"xnnpack,openvino+xnnpack"`` -> ``[("xnnpack",), ("openvino", "xnnpack")]``."""
+    stacks = [tuple(b.strip() for b in part.split(STACK_JOIN)) for part in text.split(",")]
+    return [s for s in stacks if all(s)]
+
+
+def stack_name(stack: Sequence[str]) -> str:
+    """The plain flow's name for ``stack``; composer's flow is this with ``composer_`` before."""
+    return STACK_JOIN.join(stack)
+
+
+# --- what composer's flow tells the report beyond the suite's columns ----------------------
+
+# The notes of the case running now: the conformance pytest plugin empties this before each
+# case and puts what is in it after the case into the JSON report. One case runs at a time in
+# a pytest process (xdist's workers are processes), so a module list is enough.
+CASE_NOTES: list[dict[str, Any]] = []
+
+
+def _note_composition(stack: Sequence[str], plan: Any) -> None:
+    from composer.scheduler.plans import describe_repair
+
+    CASE_NOTES.append(
+        {
+            "stack": ",".join(stack),
+            "proof": plan.proof,
+            "repairs": [describe_repair(r) for r in plan.repairs],
+            "partitions": [f"{p.id} ({p.backend}, {len(p.nodes)} nodes)" for p in plan.partitions],
+        }
+    )
+
+
+def _note_refusal(stack: Sequence[str], error: Exception) -> None:
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    CASE_NOTES.append({"stack": ",".join(stack), "refused": f"{type(error).__name__}: {first}"})
+
+
+# --- composer's flow: stages of the suite's tester that call compose -----------------------
+
+
+def _nodes_before_lowering(edge_program: Any) -> list[Any]:
+    """The program's nodes with each delegate's own nodes in its place, as before lowering."""
+    from executorch.exir.lowered_backend_module import LoweredBackendModule
+
+    module = edge_program.graph_module
+    nodes = [n for n in module.graph.nodes if n.op == "call_function"]
+    for child in module.children():
+        if isinstance(child, LoweredBackendModule):
+            nodes += list(child.original_module.graph.nodes)
+    return nodes
+
+
+class _ComposedEdge:
+    """What the suite reads from its lowering stage's ``EdgeProgramManager``, for a composition:
+    the lowered programs, and (as its ETRecord would hold) the edge graph before lowering."""
+
+    def __init__(self, composition: Any) -> None:
+        self.composition = composition
+        edge = composition.edge
+        self._edge_programs = edge._edge_programs
+        before = SimpleNamespace(
+            graph=SimpleNamespace(nodes=_nodes_before_lowering(edge.exported_program()))
+        )
+        self._etrecord = SimpleNamespace(edge_dialect_program=before)
+
+    def exported_program(self, method_name: str = "forward") -> Any:
+        return self.composition.edge.exported_program(method_name)
+
+
+def _stage_classes(stack: tuple[str, ...], example_inputs: Any) -> dict[Any, Callable]:
+    from executorch.backends.test.harness import Tester
+    from executorch.backends.test.harness.stages import Stage, StageType
+
+    class ComposeStage(Stage):
+        """The suite's lowering stage, done by ``composer.compose`` with its proof."""
+
+        def stage_type(self) -> StageType:
+            return StageType.TO_EDGE_TRANSFORM_AND_LOWER
+
+        def run(self, artifact, inputs=None, generate_etrecord: bool = False) -> None:
+            self.edge = _ComposedEdge(_compose(artifact, stack, example_inputs))
+
+        @property
+        def artifact(self) -> _ComposedEdge:
+            return self.edge
+
+        @property
+        def graph_module(self) -> Any:
+            return self.edge.exported_program().graph_module
+
+    class ComposedProgram(Stage):
+        """The suite's ``to_executorch`` stage: the bytes composer wrote, as they are."""
+
+        def stage_type(self) -> StageType:
+            return StageType.TO_EXECUTORCH
+
+        def run(self, artifact: _ComposedEdge, inputs=None) -> None:
+            self.program = SimpleNamespace(buffer=artifact.composition.buffer)
+
+        @property
+        def artifact(self) -> Any:
+            return self.program
+
+        @property
+        def graph_module(self) -> None:
+            return None
+
+    return Tester.default_stage_classes() | {
+        StageType.TO_EDGE_TRANSFORM_AND_LOWER: ComposeStage,
+        StageType.TO_EXECUTORCH: ComposedProgram,
+    }
+
+
+def _compose(program: Any, stack: tuple[str, ...], example_inputs: Any) -> Any:
+    import composer
+    from composer.contract.errors import ComposerError
+
+    try:
+        # Cache off: each case costs what a first compose costs, as each plain case does.
+        composition = composer.compose(program, list(stack), tuple(example_inputs), cache=False)
+    except ComposerError as error:
+        _note_refusal(stack, error)
+        raise
+    _note_composition(stack, composition.plan)
+    return composition
+
+
+def _composer_tester(stack: tuple[str, ...], module: Any, example_inputs: Any, **kwargs: Any):
+    from executorch.backends.test.harness import Tester
+
+    stages = _stage_classes(stack, example_inputs)
+    return Tester(module, example_inputs, stage_classes=stages, **kwargs)
+
+
+def composer_flow(stack: Sequence[str]) -> Any:
+    """The suite's ``TestFlow`` whose lowering is ``composer.compose(program, stack, inputs)``."""
+    from executorch.backends.test.suite.flow import TestFlow
+
+    stack = tuple(stack)
+    return TestFlow(
+        COMPOSER_PREFIX + stack_name(stack),
+        backend=COMPOSER_PREFIX + stack[0],
+        tester_factory=functools.partial(_composer_tester, stack),
+    )
+
+
+# --- the suite's plain flow of a stack -------------------------------------------------
+
+
+def _plain_tester(flows: list[Any], module: Any, example_inputs: Any, **kwargs: Any):
+    from executorch.backends.test.harness.stages import StageType
+
+    testers = [f.tester_factory(module, example_inputs, **kwargs) for f in flows]
+    lowering = [t._get_default_stage(StageType.TO_EDGE_TRANSFORM_AND_LOWER) for t in testers]
+    first = testers[0]
+    own_lowering = first.stage_classes[StageType.TO_EDGE_TRANSFORM_AND_LOWER]
+
+    def listed_lowering(*args: Any, **stage_kwargs: Any) -> Any:
+        stage = own_lowering(*args, **stage_kwargs)
+        # Set after __init__: the harness drops a list given with default_partitioner_cls=None.
+        stage.partitioners = [p for each in lowering for p in each.partitioners]
+        return stage
+
+    first.stage_classes = first.stage_classes | {
+        StageType.TO_EDGE_TRANSFORM_AND_LOWER: listed_lowering
+    }
+    return first
+
+
+def plain_flow(stack: Sequence[str], suite_flows: dict[str, Any]) -> Any | None:
+    """The suite's own flow for one backend; for a stack, every backend's partitioners listed
+    in one lowering. ``None`` where the suite has no float flow for one of the backends."""
+    from executorch.backends.test.suite.flow import TestFlow
+
+    flows = [suite_flows.get(name) for name in stack]
+    if any(f is None or f.quantize for f in flows):
+        return None
+    if len(flows) == 1:
+        return flows[0]
+    # No skip patterns: a backend's own flow skips what that backend gets wrong alone, and
+    # whether the stack gets it right is what this flow is for.
+    return TestFlow(
+        stack_name(stack),
+        backend=stack_name(stack),
+        tester_factory=functools.partial(_plain_tester, flows),
+    )
+
+
+def conformance_flows(stacks: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """For each stack, the suite's plain flow (where it has one) and composer's, by name."""
+    suite_flows = suite_own_flows()
+    flows: dict[str, Any] = {}
+    for stack in stacks:
+        plain = plain_flow(stack, suite_flows)
+        if plain is not None:
+            flows[plain.name] = plain
+        composed = composer_flow(stack)
+        flows[composed.name] = composed
+    return flows
+
+
+def suite_own_flows() -> dict[str, Any]:
+    """The flows the suite itself makes here, even after :func:`install_flows` replaced them."""
+    from executorch.backends.test.suite import flow as suite_flow
+
+    return getattr(suite_flow.all_flows, "suite_own", suite_flow.all_flows)()
+
+
+def install_flows(stacks: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Make the suite's ``all_flows()`` answer these flows; call before its conftest imports."""
+    from executorch.backends.test.suite import flow as suite_flow
+
+    flows = conformance_flows(stacks)
+    own = getattr(suite_flow.all_flows, "suite_own", suite_flow.all_flows)
+
+    def all_flows() -> dict[str, Any]:
+        return dict(flows)
+
+    all_flows.suite_own = own  # type: ignore[attr-defined]
+    suite_flow.all_flows = all_flows
+    return flows
