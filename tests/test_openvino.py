@@ -180,7 +180,7 @@ def test_openvino_alone_lowers_the_bilinear_upsample_it_asks_to_keep_whole():
     # support check declines it, so lowering stopped with "was not decomposed or delegated".
     # composer keeps whole only what OpenVINO takes; the upsample runs on portable kernels.
     pytest.importorskip("openvino")
-    from composer.plugins.openvino import composer_ops_to_not_decompose
+    from composer.plugins.openvino import plugin
     from composer.plugins.openvino.support import takes_op
 
     model, inputs = zoo.load("unet_bilinear")
@@ -197,7 +197,7 @@ def test_openvino_alone_lowers_the_bilinear_upsample_it_asks_to_keep_whole():
     bilinear = torch.ops.aten.upsample_bilinear2d.vec
     assert not takes_op(bilinear) and takes_op(torch.ops.aten.upsample_nearest2d.vec)
     exported = torch.export.export(model, inputs)
-    kept = composer_ops_to_not_decompose(backend=None, program=exported, options={})
+    kept = plugin.composer_ops_to_not_decompose(backend=None, program=exported, options={})
     assert bilinear not in kept and torch.ops.aten.upsample_nearest2d.vec in kept
 
 

@@ -19,7 +19,6 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.hookspecs import BackendPlugin
 from composer.contract.op_names import overload_of
-from composer.contract.options import check_options
 from composer.contract.support import ExplainedSupport
 
 
@@ -288,12 +287,6 @@ class AotiPlugin(BackendPlugin):
         # Not a cached_property: pluggy reads every attribute of a plugin as it registers it,
         # and this one imports ExecuTorch's backend, which a cache hit does without.
         return _fallback_kernels(self.backend_class)
-
-    def checked_options(self, options: Mapping[str, str] | None) -> dict[str, str]:
-        # composer has checked them already on its own path; composer.partitioner("cuda",
-        # ...) and direct hook calls reach the hooks without that check, and checking twice
-        # changes nothing.
-        return check_options(self.spec.name, self.options, options)
 
     def composer_unavailable_reason(self, backend):
         return self.unavailable_reason()

@@ -25,7 +25,7 @@ import torch
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
 from composer.contract.hookspecs import BackendPlugin
-from composer.contract.options import Option, check_options
+from composer.contract.options import Option
 from composer.plugins.native import CheckedSupport, import_problem, quiet
 
 NUMPY_NOTE = "tosa-tools pins numpy<2.2 and flatbuffers==25.2.10"
@@ -88,9 +88,6 @@ class ArmPlugin(BackendPlugin):
         if reason is not None and import_problem(self.module) is not None:
             raise ComposerError(f"backend {self.spec.name!r} cannot plan or lower here: {reason}.")
 
-    def checked(self, options: Mapping[str, str] | None) -> dict[str, str]:
-        return check_options(self.spec.name, self.options, options)
-
     def support(self, program, options: Mapping[str, str]) -> CheckedSupport:
         from executorch.exir.backend.utils import WhyNoPartitionReporter
 
@@ -137,12 +134,12 @@ class ArmPlugin(BackendPlugin):
 
     def composer_operator_support(self, backend, program, options):
         self._require()
-        return self.support(program, self.checked(options))
+        return self.support(program, self.checked_options(options))
 
     def composer_ops_to_not_decompose(self, backend, program, options):
         self._require()
         with quiet():
-            partitioner = self.partitioner(self.compile_spec(self.checked(options)))
+            partitioner = self.partitioner(self.compile_spec(self.checked_options(options)))
             ops, keep = partitioner.ops_to_not_decompose(program)
         # Only ops kept at every call (the filter looks at the Q/DQ around each).
         kept: dict[torch._ops.OpOverload, bool] = {}
@@ -155,7 +152,7 @@ class ArmPlugin(BackendPlugin):
     def composer_compile_specs(self, backend, method_name, options):
         self._require()
         with quiet():
-            return self.compile_spec(self.checked(options))._to_list()
+            return self.compile_spec(self.checked_options(options))._to_list()
 
 
 class EthosUPlugin(ArmPlugin):
@@ -177,7 +174,7 @@ class EthosUPlugin(ArmPlugin):
     def compile_spec(self, options):
         from executorch.backends.arm.ethosu import EthosUCompileSpec
 
-        return EthosUCompileSpec(self.checked(options)["target"])
+        return EthosUCompileSpec(self.checked_options(options)["target"])
 
     def partitioner(self, compile_spec):
         from executorch.backends.arm.ethosu import EthosUPartitioner
@@ -221,7 +218,7 @@ class VgfPlugin(ArmPlugin):
     def compile_spec(self, options):
         from executorch.backends.arm.vgf import VgfCompileSpec
 
-        return VgfCompileSpec(self.checked(options)["tosa_spec"])
+        return VgfCompileSpec(self.checked_options(options)["tosa_spec"])
 
     def partitioner(self, compile_spec):
         from executorch.backends.arm.vgf import VgfPartitioner

@@ -27,7 +27,7 @@ import torch
 
 from composer.contract.backend_spec import BackendSpec, Tolerance
 from composer.contract.errors import ComposerError
-from composer.contract.hookspecs import hookimpl
+from composer.contract.hookspecs import BackendPlugin
 from composer.contract.op_names import op_name
 from composer.contract.options import Option, check_options
 from composer.plugins.aoti import is_core_alias
@@ -219,28 +219,6 @@ def describe_payload(data: bytes) -> str:
     )
 
 
-@hookimpl
-def composer_backends():
-    return [_spec()]
-
-
-@hookimpl
-def composer_options(backend):
-    return list(OPTIONS)
-
-
-@hookimpl
-def composer_unavailable_reason(backend):
-    return unavailable_reason()
-
-
-@hookimpl
-def composer_operator_support(backend, program, options):
-    _require_coreml()
-    check_options("coreml", OPTIONS, options)
-    return coreml_support(options)
-
-
 # Kept whole, SDPA breaks the stack's next decomposition pass: with another backend after
 # Core ML (coreml,xnnpack), ExecuTorch decomposes once per backend, and re-tracing a program
 # that holds SDPA whole fails on the view after it ("Cannot view a tensor with shape [2, 8,
@@ -248,31 +226,45 @@ def composer_operator_support(backend, program, options):
 _DECOMPOSED_ANYWAY = frozenset({torch.ops.aten.scaled_dot_product_attention.default})
 
 
-@hookimpl
-def composer_ops_to_not_decompose(backend, program, options):
-    _require_coreml()
-    # As CoreMLPartitioner does (ops Core ML takes, less triu, tril, repeat_interleave and
-    # view ops), but only ops it takes at every call: an op kept whole that it then
-    # declines at one call stays whole outside it too.
-    with quiet():
-        from executorch.backends.apple.coreml.partition import CoreMLPartitioner
+class CoreMLPlugin(BackendPlugin):
+    options = OPTIONS
 
-        wanted = set(CoreMLPartitioner().ops_to_not_decompose(program)[0])
-    support = coreml_support(options)
-    keep: dict[torch._ops.OpOverload, bool] = {}
-    for node in program.graph.nodes:
-        op = node.target
-        if node.op != "call_function" or op not in wanted or torch.Tag.core in op.tags:
-            continue  # a core op is never decomposed: asking to keep it only draws a warning
-        if op in _DECOMPOSED_ANYWAY:
-            continue
-        # conv2d whole is convolution to Core ML either way, but whole no backend before it
-        # in a stack that takes only aten.convolution (XNNPACK) could take it.
-        ok = support.reason_unsupported(node) is None and not is_core_alias(node)
-        keep[op] = keep.get(op, True) and ok
-    return [op for op, ok in keep.items() if ok]
+    @property
+    def spec(self) -> BackendSpec:
+        return _spec()
+
+    def composer_unavailable_reason(self, backend):
+        return unavailable_reason()
+
+    def composer_operator_support(self, backend, program, options):
+        _require_coreml()
+        return coreml_support(self.checked_options(options))
+
+    def composer_ops_to_not_decompose(self, backend, program, options):
+        _require_coreml()
+        # As CoreMLPartitioner does (ops Core ML takes, less triu, tril, repeat_interleave
+        # and view ops), but only ops it takes at every call: an op kept whole that it then
+        # declines at one call stays whole outside it too.
+        with quiet():
+            from executorch.backends.apple.coreml.partition import CoreMLPartitioner
+
+            wanted = set(CoreMLPartitioner().ops_to_not_decompose(program)[0])
+        support = coreml_support(options)
+        keep: dict[torch._ops.OpOverload, bool] = {}
+        for node in program.graph.nodes:
+            op = node.target
+            if node.op != "call_function" or op not in wanted or torch.Tag.core in op.tags:
+                continue  # a core op is never decomposed: asking to keep it draws a warning
+            if op in _DECOMPOSED_ANYWAY:
+                continue
+            # conv2d whole is convolution to Core ML either way, but whole no backend before
+            # it in a stack that takes only aten.convolution (XNNPACK) could take it.
+            ok = support.reason_unsupported(node) is None and not is_core_alias(node)
+            keep[op] = keep.get(op, True) and ok
+        return [op for op, ok in keep.items() if ok]
+
+    def composer_compile_specs(self, backend, method_name, options):
+        return compile_specs(options)
 
 
-@hookimpl
-def composer_compile_specs(backend, method_name, options):
-    return compile_specs(options)
+plugin = CoreMLPlugin()

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from composer.contract.backend_spec import BackendSpec, Tolerance
 from composer.contract.errors import ComposerError
-from composer.contract.hookspecs import hookimpl
+from composer.contract.hookspecs import BackendPlugin
 from composer.contract.native_log import NativeLog
-from composer.contract.options import Option, check_options
+from composer.contract.options import Option
 
 INSTALL = "pip install 'executorch-composer[openvino]'"
 LIBRARY_SPEC_KEY = "composer.library"
@@ -108,71 +108,60 @@ def _import_failure() -> str | None:
     return None
 
 
-def checked_options(options: Mapping[str, str] | None) -> dict[str, str]:
-    """The options with defaults filled in; an unknown name is a ComposerError."""
-    # Checked again here for composer.partitioner("openvino", ...), which reaches the hooks
-    # without composer's check; OpenVINO's device names are upper case.
-    checked = check_options("openvino", OPTIONS, options)
-    return {**checked, "device": checked["device"].upper()}
-
-
 def _require_openvino() -> None:
     reason = unavailable_reason() or _import_failure()
     if reason is not None:
         raise ComposerError(f"backend 'openvino' cannot be used: {reason}.")
 
 
-@hookimpl
-def composer_backends():
-    return [_spec()]
+class OpenvinoPlugin(BackendPlugin):
+    options = OPTIONS
+
+    @property
+    def spec(self) -> BackendSpec:
+        return _spec()
+
+    def checked_options(self, options: Mapping[str, str] | None) -> dict[str, str]:
+        # OpenVINO's device names are upper case.
+        checked = super().checked_options(options)
+        return {**checked, "device": checked["device"].upper()}
+
+    def composer_unavailable_reason(self, backend):
+        return unavailable_reason()
+
+    def composer_operator_support(self, backend, program, options):
+        _require_openvino()
+        self.checked_options(options)
+        from composer.plugins.openvino.support import OpenvinoSupport
+
+        return OpenvinoSupport(program)
+
+    def composer_ops_to_not_decompose(self, backend, program, options):
+        _require_openvino()
+        from executorch.backends.openvino import OpenvinoPartitioner
+
+        from composer.plugins.openvino.support import takes_op
+
+        # ExecuTorch 1.5.1's OpenvinoPartitioner asks to keep whole ops its own support check
+        # then declines (upsample_bilinear2d, pixel_shuffle are not in OpenVINO's table): such
+        # an op stays undecomposed and undelegated, and lowering stops ("was not decomposed
+        # or delegated"). Keep whole only what OpenVINO will take; the rest decomposes.
+        ops, _filter = OpenvinoPartitioner([]).ops_to_not_decompose(program)
+        return [op for op in ops if takes_op(op)]
+
+    def composer_compile_specs(self, backend, method_name, options):
+        from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+        from composer.plugins.openvino.blob import make_preprocess_reproducible
+
+        checked = self.checked_options(options)
+        # Asked just before every lowering to OpenVINO: from here on its blobs name nodes the
+        # same way in every compose (composer.plugins.openvino.blob).
+        make_preprocess_reproducible()
+        specs = [CompileSpec("device", checked["device"].encode())]
+        if self.spec.library:
+            specs.append(CompileSpec(LIBRARY_SPEC_KEY, self.spec.library.encode()))
+        return specs
 
 
-@hookimpl
-def composer_options(backend):
-    return list(OPTIONS)
-
-
-@hookimpl
-def composer_unavailable_reason(backend):
-    return unavailable_reason()
-
-
-@hookimpl
-def composer_operator_support(backend, program, options):
-    _require_openvino()
-    checked_options(options)
-    from composer.plugins.openvino.support import OpenvinoSupport
-
-    return OpenvinoSupport(program)
-
-
-@hookimpl
-def composer_ops_to_not_decompose(backend, program, options):
-    _require_openvino()
-    from executorch.backends.openvino import OpenvinoPartitioner
-
-    from composer.plugins.openvino.support import takes_op
-
-    # ExecuTorch 1.5.1's OpenvinoPartitioner asks to keep whole ops its own support check
-    # then declines (upsample_bilinear2d, pixel_shuffle are not in OpenVINO's table): such an
-    # op stays undecomposed and undelegated, and lowering stops ("was not decomposed or
-    # delegated"). Keep whole only what OpenVINO will take; the rest decomposes as usual.
-    ops, _filter = OpenvinoPartitioner([]).ops_to_not_decompose(program)
-    return [op for op in ops if takes_op(op)]
-
-
-@hookimpl
-def composer_compile_specs(backend, method_name, options):
-    from executorch.exir.backend.compile_spec_schema import CompileSpec
-
-    from composer.plugins.openvino.blob import make_preprocess_reproducible
-
-    checked = checked_options(options)
-    # Asked just before every lowering to OpenVINO: from here on its blobs name nodes the
-    # same way in every compose (composer.plugins.openvino.blob).
-    make_preprocess_reproducible()
-    specs = [CompileSpec("device", checked["device"].encode())]
-    library = _spec().library
-    if library:
-        specs.append(CompileSpec(LIBRARY_SPEC_KEY, library.encode()))
-    return specs
+plugin = OpenvinoPlugin()

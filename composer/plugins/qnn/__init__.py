@@ -26,25 +26,11 @@ from pathlib import Path
 import torch
 
 from composer.contract.backend_spec import BackendSpec, Tolerance
-from composer.contract.hookspecs import hookimpl
+from composer.contract.hookspecs import BackendPlugin
 from composer.contract.op_names import op_name
 from composer.contract.options import Option, check_options
 from composer.plugins.aoti import is_core_alias
 from composer.plugins.native import ON_OFF, CheckedSupport, import_problem, is_on, quiet
-
-QNN = BackendSpec(
-    name="qnn",
-    backend_id="QnnBackend",
-    device="npu",
-    min_partition_size=1,
-    description="ExecuTorch's Qualcomm QNN delegate (Snapdragon HTP/GPU); lowers with the QNN SDK",
-    tolerance=Tolerance(
-        atol=1e-2,
-        rtol=1e-2,
-        reason="QNN's HTP computes float models in float16",
-        precision="float16",
-    ),
-)
 
 # QcomChipset's names in ExecuTorch 1.5.1 (backends/qualcomm/serialization/qc_schema.py).
 SOC_MODELS = (
@@ -149,46 +135,45 @@ def compile_specs(options: Mapping[str, str]) -> list:
         )
 
 
-@hookimpl
-def composer_backends():
-    return [QNN]
+class QnnPlugin(BackendPlugin):
+    spec = BackendSpec(
+        "qnn", "QnnBackend", device="npu",
+        description="ExecuTorch's Qualcomm QNN delegate (Snapdragon HTP/GPU); lowers with the "
+        "QNN SDK",
+        tolerance=Tolerance(atol=1e-2, rtol=1e-2, precision="float16",
+                            reason="QNN's HTP computes float models in float16"),
+    )  # fmt: skip
+    options = OPTIONS
+
+    def composer_unavailable_reason(self, backend):
+        return unavailable_reason()
+
+    def composer_operator_support(self, backend, program, options):
+        self.checked_options(options)
+        return qnn_support()
+
+    def composer_ops_to_not_decompose(self, backend, program, options):
+        with quiet():
+            from executorch.backends.qualcomm.partition.utils import (
+                filter_fn,
+                get_skip_decomp_table,
+            )
+
+        wanted = set(get_skip_decomp_table())
+        support = qnn_support()
+        keep: dict[torch._ops.OpOverload, bool] = {}
+        for node in program.graph.nodes:
+            op = node.target
+            if node.op != "call_function" or op not in wanted or torch.Tag.core in op.tags:
+                continue
+            # As QnnPartitioner keeps them (its table and filter), but only ops QNN then takes
+            # at every call, and not conv2d-like aliases of one core op, which XNNPACK takes.
+            ok = filter_fn(node) and support.reason_unsupported(node) is None
+            keep[op] = keep.get(op, True) and ok and not is_core_alias(node)
+        return [op for op, ok in keep.items() if ok]
+
+    def composer_compile_specs(self, backend, method_name, options):
+        return compile_specs(options)
 
 
-@hookimpl
-def composer_options(backend):
-    return list(OPTIONS)
-
-
-@hookimpl
-def composer_unavailable_reason(backend):
-    return unavailable_reason()
-
-
-@hookimpl
-def composer_operator_support(backend, program, options):
-    check_options("qnn", OPTIONS, options)
-    return qnn_support()
-
-
-@hookimpl
-def composer_ops_to_not_decompose(backend, program, options):
-    with quiet():
-        from executorch.backends.qualcomm.partition.utils import filter_fn, get_skip_decomp_table
-
-    wanted = set(get_skip_decomp_table())
-    support = qnn_support()
-    keep: dict[torch._ops.OpOverload, bool] = {}
-    for node in program.graph.nodes:
-        op = node.target
-        if node.op != "call_function" or op not in wanted or torch.Tag.core in op.tags:
-            continue
-        # As QnnPartitioner keeps them (its table and filter), but only ops QNN then takes at
-        # every call, and not conv2d-like aliases of one core op, which XNNPACK also takes.
-        ok = filter_fn(node) and support.reason_unsupported(node) is None
-        keep[op] = keep.get(op, True) and ok and not is_core_alias(node)
-    return [op for op, ok in keep.items() if ok]
-
-
-@hookimpl
-def composer_compile_specs(backend, method_name, options):
-    return compile_specs(options)
+plugin = QnnPlugin()

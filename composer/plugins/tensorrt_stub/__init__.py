@@ -8,27 +8,25 @@ reference run.
 from __future__ import annotations
 
 from composer.contract.backend_spec import BackendSpec
-from composer.contract.hookspecs import hookimpl
-
-TENSORRT_STUB = BackendSpec(
-    name="tensorrt_stub",
-    # By name: importing the class imports ExecuTorch, which a cache hit does without.
-    backend_id="TensorRTStubBackend",
-    device="cuda",
-    min_partition_size=2,
-    description="stand-in for a TensorRT delegate: conv, matmul, pooling, activations, norms",
-)
+from composer.contract.hookspecs import BackendPlugin
 
 
-@hookimpl
-def composer_backends():
-    return [TENSORRT_STUB]
+class TensorRTStubPlugin(BackendPlugin):
+    spec = BackendSpec(
+        name="tensorrt_stub",
+        # By name: importing the class imports ExecuTorch, which a cache hit does without.
+        backend_id="TensorRTStubBackend",
+        device="cuda",
+        min_partition_size=2,
+        description="stand-in for a TensorRT delegate: conv, matmul, pooling, activations, norms",
+    )
+
+    def composer_operator_support(self, backend, program):
+        # ExecuTorch finds the backend class by name when it lowers: it must be imported then.
+        from composer.plugins.tensorrt_stub.backend import TensorRTStubBackend  # noqa: F401
+        from composer.plugins.tensorrt_stub.support import TensorRTOperatorSupport
+
+        return TensorRTOperatorSupport()
 
 
-@hookimpl
-def composer_operator_support(backend, program):
-    # ExecuTorch finds the backend class by name when it lowers: it must be imported by then.
-    from composer.plugins.tensorrt_stub.backend import TensorRTStubBackend  # noqa: F401
-    from composer.plugins.tensorrt_stub.support import TensorRTOperatorSupport
-
-    return TensorRTOperatorSupport()
+plugin = TensorRTStubPlugin()

@@ -16,17 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from composer.contract.backend_spec import BackendSpec
-from composer.contract.hookspecs import hookimpl
+from composer.contract.hookspecs import BackendPlugin
 from composer.contract.options import Option, check_options
 from composer.plugins.native import ON_OFF, CheckedSupport, import_problem, is_on, quiet
-
-VULKAN = BackendSpec(
-    name="vulkan",
-    backend_id="VulkanBackend",
-    device="gpu",
-    min_partition_size=1,
-    description="ExecuTorch's Vulkan delegate (Android and other Vulkan GPUs); lowers anywhere",
-)
 
 STORAGE_TYPES = ("TEXTURE_3D", "TEXTURE_2D", "BUFFER")
 MEMORY_LAYOUTS = ("TENSOR_WIDTH_PACKED", "TENSOR_HEIGHT_PACKED", "TENSOR_CHANNELS_PACKED")
@@ -174,48 +166,41 @@ def _decompiled(flatbuffer: bytes) -> dict:
     return json.loads(text)
 
 
-@hookimpl
-def composer_backends():
-    return [VULKAN]
+class VulkanPlugin(BackendPlugin):
+    spec = BackendSpec(
+        "vulkan", "VulkanBackend", device="gpu",
+        description="ExecuTorch's Vulkan delegate (Android and other Vulkan GPUs); lowers anywhere",
+    )  # fmt: skip
+    options = OPTIONS
+
+    def composer_unavailable_reason(self, backend):
+        return unavailable_reason()
+
+    def composer_operator_support(self, backend, program, options):
+        return vulkan_support(program, options)
+
+    def composer_ops_to_not_decompose(self, backend, program, options):
+        with quiet():
+            from executorch.backends.vulkan.op_registry import vulkan_supported_ops
+            from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
+                ops_not_to_decompose,
+            )
+            from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+
+        # Keep whole only what Vulkan's registry has (all three in 1.5.1: hardswish,
+        # upsample_nearest2d.vec, pixel_shuffle), so an op it has no kernel for decomposes.
+        return [op for op in ops_not_to_decompose if aten_to_edge(op) in vulkan_supported_ops]
+
+    def composer_compile_specs(self, backend, method_name, options):
+        with quiet():
+            from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
+                parse_compile_options,
+            )
+
+        compiled = compile_options(options)
+        for name in SUPPORT_ONLY:
+            compiled.pop(name, None)
+        return parse_compile_options(compiled)
 
 
-@hookimpl
-def composer_options(backend):
-    return list(OPTIONS)
-
-
-@hookimpl
-def composer_unavailable_reason(backend):
-    return unavailable_reason()
-
-
-@hookimpl
-def composer_operator_support(backend, program, options):
-    return vulkan_support(program, options)
-
-
-@hookimpl
-def composer_ops_to_not_decompose(backend, program, options):
-    with quiet():
-        from executorch.backends.vulkan.op_registry import vulkan_supported_ops
-        from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
-            ops_not_to_decompose,
-        )
-        from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
-
-    # Keep whole only what Vulkan's registry has (all three in 1.5.1: hardswish,
-    # upsample_nearest2d.vec, pixel_shuffle), so an op it has no kernel for decomposes.
-    return [op for op in ops_not_to_decompose if aten_to_edge(op) in vulkan_supported_ops]
-
-
-@hookimpl
-def composer_compile_specs(backend, method_name, options):
-    with quiet():
-        from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
-            parse_compile_options,
-        )
-
-    compiled = compile_options(options)
-    for name in SUPPORT_ONLY:
-        compiled.pop(name, None)
-    return parse_compile_options(compiled)
+plugin = VulkanPlugin()

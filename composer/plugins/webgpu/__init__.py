@@ -15,24 +15,13 @@ program cannot tell apart.
 from __future__ import annotations
 
 from composer.contract.backend_spec import BackendSpec
-from composer.contract.hookspecs import hookimpl
-from composer.contract.options import Option, check_options
+from composer.contract.hookspecs import BackendPlugin
+from composer.contract.options import Option
 from composer.plugins.native import ON_OFF, import_problem, quiet
 from composer.plugins.vulkan import describe_payload, vulkan_support
 
 __all__ = ["describe_payload"]
 
-WEBGPU = BackendSpec(
-    name="webgpu",
-    backend_id="VulkanBackend",
-    device="gpu",
-    min_partition_size=1,
-    description="ExecuTorch's WebGPU delegate (Vulkan's serialization, WebGPU's ops); lowers anywhere",
-)
-OPTIONS = (
-    Option("require_dynamic_shapes", ON_OFF, default="OFF",
-           help="take only ops whose kernels can resize"),
-)  # fmt: skip
 # As ExecuTorch's WebGPU test harness partitions: bool tensors are left out.
 VULKAN_OPTIONS = {"skip_bool_tensors": "ON"}
 ALLOWLIST_MODULE = "executorch.backends.webgpu.test.tester"
@@ -54,50 +43,42 @@ def webgpu_ops() -> set:
     return set(WEBGPU_SUPPORTED_OPS)
 
 
-def _vulkan_options(options) -> dict[str, str]:
-    checked = check_options("webgpu", OPTIONS, options)
-    return {**VULKAN_OPTIONS, **checked}
+class WebGpuPlugin(BackendPlugin):
+    spec = BackendSpec(
+        "webgpu", "VulkanBackend", device="gpu",
+        description="ExecuTorch's WebGPU delegate (Vulkan's serialization, WebGPU's ops); "
+        "lowers anywhere",
+    )  # fmt: skip
+    options = (
+        Option("require_dynamic_shapes", ON_OFF, default="OFF",
+               help="take only ops whose kernels can resize"),
+    )  # fmt: skip
+
+    def composer_unavailable_reason(self, backend):
+        return unavailable_reason()
+
+    def composer_operator_support(self, backend, program, options):
+        vulkan_options = {**VULKAN_OPTIONS, **self.checked_options(options)}
+        return vulkan_support(program, vulkan_options, operator_allowlist=webgpu_ops())
+
+    def composer_ops_to_not_decompose(self, backend, program, options):
+        with quiet():
+            from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
+                ops_not_to_decompose,
+            )
+            from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+
+        implemented = webgpu_ops()
+        return [op for op in ops_not_to_decompose if aten_to_edge(op) in implemented]
+
+    def composer_compile_specs(self, backend, method_name, options):
+        with quiet():
+            from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
+                parse_compile_options,
+            )
+        # The compile options ExecuTorch's WebGPU harness lowers with; the partitioner-only
+        # ones decide support, and VulkanBackend's preprocess ignores them.
+        return parse_compile_options({"skip_bool_tensors": True})
 
 
-@hookimpl
-def composer_backends():
-    return [WEBGPU]
-
-
-@hookimpl
-def composer_options(backend):
-    return list(OPTIONS)
-
-
-@hookimpl
-def composer_unavailable_reason(backend):
-    return unavailable_reason()
-
-
-@hookimpl
-def composer_operator_support(backend, program, options):
-    support = vulkan_support(program, _vulkan_options(options), operator_allowlist=webgpu_ops())
-    return support
-
-
-@hookimpl
-def composer_ops_to_not_decompose(backend, program, options):
-    with quiet():
-        from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
-            ops_not_to_decompose,
-        )
-        from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
-
-    implemented = webgpu_ops()
-    return [op for op in ops_not_to_decompose if aten_to_edge(op) in implemented]
-
-
-@hookimpl
-def composer_compile_specs(backend, method_name, options):
-    with quiet():
-        from executorch.backends.vulkan.partitioner.vulkan_partitioner import (
-            parse_compile_options,
-        )
-    # The compile options ExecuTorch's WebGPU harness lowers with; the partitioner-only ones
-    # decide support, and VulkanBackend's preprocess ignores them.
-    return parse_compile_options({"skip_bool_tensors": True})
+plugin = WebGpuPlugin()
