@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 
 import torch
 import torch.fx
@@ -40,6 +40,56 @@ class ExplainedSupport(OperatorSupportBase):
         the partition until no refused tensor crosses its edge. Not overridden: composer does
         not ask, and spends nothing on it."""
         return None
+
+
+# Why a backend declines a node, or ``None`` where it takes it: the unit support is built from.
+WhyNot = Callable[[torch.fx.Node], str | None]
+
+
+class ReasonedSupport(ExplainedSupport):
+    """Support from one ``why_not(node)``: ``None`` takes the node, a string declines it and is
+    the reason the plan shows (torch.fx's ``create_op_support``, with reasons). Each node is
+    asked once."""
+
+    def __init__(self, why_not: WhyNot) -> None:
+        self._why_not = why_not
+        self._reasons: dict[torch.fx.Node, str | None] = {}
+
+    def _ask(self, node: torch.fx.Node) -> str | None:
+        return self._why_not(node)
+
+    def reason_unsupported(self, node: torch.fx.Node) -> str | None:
+        if node not in self._reasons:
+            self._reasons[node] = self._ask(node)
+        return self._reasons[node]
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return self.reason_unsupported(node) is None
+
+
+def chain(*checks: WhyNot) -> WhyNot:
+    """Takes a node every check takes; declines with the first decline's reason (torch.fx's
+    ``chain``)."""
+
+    def why_not(node: torch.fx.Node) -> str | None:
+        return next((r for check in checks if (r := check(node)) is not None), None)
+
+    return why_not
+
+
+def any_chain(*checks: WhyNot) -> WhyNot:
+    """Takes a node any check takes; declines with the last check's reason, so order them from
+    the general to the one that says most (torch.fx's ``any_chain``)."""
+
+    def why_not(node: torch.fx.Node) -> str | None:
+        reason = None
+        for check in checks:
+            reason = check(node)
+            if reason is None:
+                return None
+        return reason
+
+    return why_not
 
 
 def asks_at_boundary(support: OperatorSupportBase) -> bool:

@@ -14,14 +14,14 @@ import functools
 import importlib
 import io
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import torch.fx
 
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
 from composer.contract.hookspecs import BackendPlugin
-from composer.contract.support import ExplainedSupport
+from composer.contract.support import ReasonedSupport
 
 ON_OFF = ("ON", "OFF")
 
@@ -62,26 +62,13 @@ def import_problem(module: str) -> str | None:
     return None
 
 
-class CheckedSupport(ExplainedSupport):
-    """A backend's own support check as composer asks it: ``check(node)`` answers
-    ``(takes it, why not)``; the reason is kept for the plan."""
+class NativeCheckSupport(ReasonedSupport):
+    """A backend's own ExecuTorch support check, asked through ``why_not(node)`` without the
+    lines it prints; the reason it gives for each decline is kept for the plan."""
 
-    def __init__(self, check: Callable[[torch.fx.Node], tuple[bool, str]]) -> None:
-        self._check = check
-        self._reasons: dict[torch.fx.Node, str | None] = {}
-
-    def _answer(self, node: torch.fx.Node) -> str | None:
-        if node not in self._reasons:
-            with quiet():
-                ok, reason = self._check(node)
-            self._reasons[node] = None if ok else (reason or "unsupported op")
-        return self._reasons[node]
-
-    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
-        return self._answer(node) is None
-
-    def reason_unsupported(self, node: torch.fx.Node) -> str | None:
-        return self._answer(node)
+    def _ask(self, node: torch.fx.Node) -> str | None:
+        with quiet():
+            return self._why_not(node)
 
 
 class NativePartitionerPlugin(BackendPlugin):

@@ -4,7 +4,7 @@ The registry asks a plugin's hooks (:class:`composer.registry.discovery.Registry
 hook) and hands each answer to the check below of the same name, which returns it in the form
 composer uses or raises a ``PluginError`` that names the plugin and says what the hook must
 return. The support object ``composer_operator_support`` returns is wrapped
-(:class:`CheckedSupport`) so that its own answers, node by node, are checked here too.
+(:class:`CheckedPluginSupport`) so that its own answers, node by node, are checked here too.
 
 The types an answer is checked against (ExecuTorch's ``Partitioner`` and ``CompileSpec``, torch's
 ``OperatorSupportBase``, PT2E's ``Quantizer``), and the torch-based helpers, are imported inside
@@ -151,7 +151,7 @@ def quantizer(answer: Any, backend: Backend) -> Quantizer | None:
 
 def operator_support(
     support: Any, backend: Backend, program: ExportedProgram
-) -> CheckedSupport | None:
+) -> CheckedPluginSupport | None:
     """``composer_operator_support``: an ``OperatorSupportBase`` or ``None``, wrapped so that
     what it answers for each node of ``program`` is checked as well."""
     if support is None:
@@ -161,10 +161,10 @@ def operator_support(
     if not isinstance(support, OperatorSupportBase):
         wanted = "a torch.fx.passes.operator_support.OperatorSupportBase or None"
         raise wrong_answer(backend, "composer_operator_support", support, wanted)
-    return CheckedSupport(support, backend, dict(program.graph_module.named_modules()))
+    return CheckedPluginSupport(support, backend, dict(program.graph_module.named_modules()))
 
 
-class CheckedSupport:
+class CheckedPluginSupport:
     """A plugin's support object for one program, asked the questions
     :class:`composer.ExplainedSupport` declares, each answer checked."""
 

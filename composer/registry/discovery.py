@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torchao.quantization.pt2e.quantizer import Quantizer
 
-    from composer.registry.answers import CheckedSupport
+    from composer.registry.answers import CheckedPluginSupport
 
 ENTRY_POINT_GROUP = "composer"
 OWN_DISTRIBUTION = "executorch-composer"
@@ -218,7 +218,7 @@ class Registry:
 
     def operator_support(
         self, backend: Backend, program: ExportedProgram, options: Mapping[str, str]
-    ) -> CheckedSupport | None:
+    ) -> CheckedPluginSupport | None:
         """Which nodes of ``program`` ``backend`` takes, and why not the rest, every answer
         checked; ``None`` when the plugin leaves it to its partitioner."""
         support = self._ask("composer_operator_support", backend, program=program, options=options)

@@ -26,7 +26,8 @@ from composer.contract.backend_spec import BackendSpec
 from composer.contract.errors import ComposerError
 from composer.contract.hookspecs import BackendPlugin
 from composer.contract.options import Option
-from composer.plugins.native import CheckedSupport, import_problem, quiet
+from composer.contract.support import chain
+from composer.plugins.native import NativeCheckSupport, import_problem, quiet
 
 NUMPY_NOTE = "tosa-tools pins numpy<2.2 and flatbuffers==25.2.10"
 
@@ -88,7 +89,7 @@ class ArmPlugin(BackendPlugin):
         if reason is not None and import_problem(self.module) is not None:
             raise ComposerError(f"backend {self.spec.name!r} cannot plan or lower here: {reason}.")
 
-    def support(self, program, options: Mapping[str, str]) -> CheckedSupport:
+    def support(self, program, options: Mapping[str, str]) -> NativeCheckSupport:
         from executorch.exir.backend.utils import WhyNoPartitionReporter
 
         with quiet():
@@ -105,17 +106,18 @@ class ArmPlugin(BackendPlugin):
             with quiet():
                 return bool(check.is_node_supported({}, node))
 
-        def answer(node):
-            if not takes(node):
-                reason = reporter._rejected_nodes.get(node)
-                return False, reason or f"not in {tosa_spec}'s supported operators"
-            if not int_only:
-                return True, ""
+        def tosa_check(node):
+            if takes(node):
+                return None
+            reason = reporter._rejected_nodes.get(node)
+            return reason or f"not in {tosa_spec}'s supported operators"
+
+        def int8_in_and_out(node):
             name = str(getattr(node.target, "_op", node.target))
             if name.startswith(Q_DQ[:2]) and not takes(node.all_input_nodes[0]):
-                return False, "an int8-only NPU takes int8 in: this quantize runs before it"
+                return "an int8-only NPU takes int8 in: this quantize runs before it"
             if name.startswith(Q_DQ[2:]) and any(not takes(user) for user in node.users):
-                return False, "an int8-only NPU gives int8 out: this dequantize runs after it"
+                return "an int8-only NPU gives int8 out: this dequantize runs after it"
             if not name.startswith(Q_DQ):
                 for value in node.all_input_nodes:
                     tensor = value.meta.get("val")
@@ -124,10 +126,10 @@ class ArmPlugin(BackendPlugin):
                         and isinstance(tensor, torch.Tensor)
                         and tensor.dtype.is_floating_point
                     ):
-                        return False, f"reads floats ({value.name}) into an int8-only NPU"
-            return True, ""
+                        return f"reads floats ({value.name}) into an int8-only NPU"
+            return None
 
-        return CheckedSupport(answer)
+        return NativeCheckSupport(chain(tosa_check, int8_in_and_out) if int_only else tosa_check)
 
     def composer_unavailable_reason(self, backend):
         return self.unavailable_reason()

@@ -31,7 +31,7 @@ from composer.contract.hookspecs import BackendPlugin
 from composer.contract.op_names import op_name
 from composer.contract.options import Option, check_options
 from composer.plugins.aoti import is_core_alias
-from composer.plugins.native import CheckedSupport, import_problem, quiet
+from composer.plugins.native import NativeCheckSupport, import_problem, quiet
 
 INSTALL = "pip install 'executorch-composer[coreml]'"
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
@@ -136,7 +136,7 @@ def conversion_hazard(node: torch.fx.Node) -> str | None:
     return None
 
 
-def coreml_support(options: Mapping[str, str]) -> CheckedSupport:
+def coreml_support(options: Mapping[str, str]) -> NativeCheckSupport:
     """ExecuTorch's Core ML check, with the reason for each decline."""
     with quiet():
         from executorch.backends.apple.coreml.partition.coreml_partitioner import (
@@ -144,18 +144,17 @@ def coreml_support(options: Mapping[str, str]) -> CheckedSupport:
         )
     check = _OperatorsSupportedForCoreMLBackend(log=False)
 
-    def answer(node):
+    def why_not(node):
         try:
             if check.is_node_supported({}, node):
-                hazard = conversion_hazard(node)
-                return hazard is None, hazard or ""
+                return conversion_hazard(node)
         except Exception as error:  # noqa: BLE001 - coremltools raises for some ops
-            return False, f"coremltools' check raised {type(error).__name__}: {error}"
+            return f"coremltools' check raised {type(error).__name__}: {error}"
         if check.should_override_support(node):
-            return False, "ExecuTorch lists it as one coremltools converts wrongly or not at all"
-        return False, "coremltools has no converter for it"
+            return "ExecuTorch lists it as one coremltools converts wrongly or not at all"
+        return "coremltools has no converter for it"
 
-    return CheckedSupport(answer)
+    return NativeCheckSupport(why_not)
 
 
 def compile_specs(options: Mapping[str, str]) -> list:

@@ -29,8 +29,9 @@ from composer.contract.backend_spec import BackendSpec, Tolerance
 from composer.contract.hookspecs import BackendPlugin
 from composer.contract.op_names import op_name
 from composer.contract.options import Option, check_options
+from composer.contract.support import any_chain, chain
 from composer.plugins.aoti import is_core_alias
-from composer.plugins.native import ON_OFF, CheckedSupport, import_problem, is_on, quiet
+from composer.plugins.native import ON_OFF, NativeCheckSupport, import_problem, is_on, quiet
 
 # QcomChipset's names in ExecuTorch 1.5.1 (backends/qualcomm/serialization/qc_schema.py).
 SOC_MODELS = (
@@ -75,7 +76,7 @@ def _names(node: torch.fx.Node) -> set[str]:
     return names
 
 
-def qnn_support() -> CheckedSupport:
+def qnn_support() -> NativeCheckSupport:
     """The tables ExecuTorch's ``QnnOperatorSupport`` reads before it builds a node (its
     unsupported and to-be-implemented lists, and QNN's op builder registry)."""
     with quiet():
@@ -89,27 +90,31 @@ def qnn_support() -> CheckedSupport:
             not_supported_operator,
             to_be_implemented_operator,
         )
-    unsupported = {str(op) for op in not_supported_operator}
-    not_yet = {str(op) for op in to_be_implemented_operator}
     always = set(allow_list_operator) | set(constant_operator)
 
-    def answer(node):
-        name = op_name(node)
-        if name in unsupported:
-            return False, "ExecuTorch lists it as one QNN does not support"
-        if name in not_yet:
-            return False, "QNN's op builders do not implement it yet"
-        if node.target in always:
-            return True, ""
+    def listed(ops, reason: str):
+        names = {str(op) for op in ops}
+        return lambda node: reason if op_name(node) in names else None
+
+    def always_taken(node):
+        return None if node.target in always else "not on QNN's allow or constant lists"
+
+    def built(node):
         if not _names(node) & _node_visitor_dict.keys():
-            return False, "no QNN op builder for it"
+            return "no QNN op builder for it"
         if node.target in (torch.ops.aten.stack.default, torch.ops.aten.unbind.int):
             value = node.meta.get("val")
             if isinstance(value, torch.Tensor) and value.dtype in (torch.int32, torch.int64):
-                return False, "QNN takes no int32/int64 input or output for stack and unbind"
-        return True, ""
+                return "QNN takes no int32/int64 input or output for stack and unbind"
+        return None
 
-    return CheckedSupport(answer)
+    return NativeCheckSupport(
+        chain(
+            listed(not_supported_operator, "ExecuTorch lists it as one QNN does not support"),
+            listed(to_be_implemented_operator, "QNN's op builders do not implement it yet"),
+            any_chain(always_taken, built),  # built's reason where neither takes it
+        )
+    )
 
 
 def compile_specs(options: Mapping[str, str]) -> list:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from composer.contract.backend_spec import BackendSpec
 from composer.contract.hookspecs import BackendPlugin
 from composer.contract.options import Option, check_options
-from composer.plugins.native import ON_OFF, CheckedSupport, import_problem, is_on, quiet
+from composer.plugins.native import ON_OFF, NativeCheckSupport, import_problem, is_on, quiet
 
 STORAGE_TYPES = ("TEXTURE_3D", "TEXTURE_2D", "BUFFER")
 MEMORY_LAYOUTS = ("TENSOR_WIDTH_PACKED", "TENSOR_HEIGHT_PACKED", "TENSOR_CHANNELS_PACKED")
@@ -75,7 +75,7 @@ def compile_options(options: Mapping[str, str]) -> dict[str, object]:
 
 def vulkan_support(
     program, options: Mapping[str, str], operator_allowlist: set | None = None
-) -> CheckedSupport:
+) -> NativeCheckSupport:
     """The Vulkan partitioner's own check for ``program``, with the reason for each decline.
 
     ``operator_allowlist``: only these edge ops, as ``VulkanPartitioner`` takes it (WebGPU's
@@ -109,12 +109,12 @@ def vulkan_support(
         fusable_subgraphs=vk_patterns.get_all_fusable_subgraphs(program.graph_module),
     )
 
-    def answer(node):
+    def why_not(node):
         if check.is_node_supported({}, node):
-            return True, ""
-        return False, reasons.get(node, "unsupported op")
+            return None
+        return reasons.get(node) or "unsupported op"
 
-    return CheckedSupport(answer)
+    return NativeCheckSupport(why_not)
 
 
 def describe_payload(data: bytes) -> str:
