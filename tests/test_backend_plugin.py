@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pluggy
@@ -210,6 +211,20 @@ def test_a_backend_plugin_answering_wrongly_gets_the_same_error_as_a_module(plug
     with pytest.raises(PluginError) as raised:
         ask()
     assert str(raised.value) == message
+
+
+def test_the_plugin_guide_s_class_example_plans_and_says_why_it_declines():
+    # docs/plugins.md leads with it: its first python block, run as the plugin's module.
+    guide = (HERE.parent / "docs" / "plugins.md").read_text()
+    source = guide.split("```python\n", 1)[1].split("```", 1)[0]
+    example = types.ModuleType("composer_mybackend_plugin")
+    exec(compile(source, "docs/plugins.md", "exec"), example.__dict__)  # noqa: S102 - our docs
+    registry = Registry.from_entry_points()
+    registry.add_plugin(example.plugin, PluginInfo("mybackend", "composer-mybackend", "0"))
+    model, inputs = zoo.load("mlp")
+    plan = composer.plan(model, ["mybackend"], inputs, registry=registry)
+    assert dict(plan.ops_on("mybackend")) == {"aten.relu.default": 2}
+    assert "my accelerator runs relu only" in json.dumps(plan.to_dict())
 
 
 def test_every_hook_is_declared_with_a_docstring_and_is_the_registry_s_spec():
