@@ -91,9 +91,8 @@ def difference_lines(cases: Sequence[results.Case]) -> list[str]:
     """For each case composer and plain judged differently: who failed, and why."""
     lines = []
     for diff in results.differences(cases):
-        lines.append(
-            f"{diff.key} ({diff.stack}): composer {diff.composer.outcome}, plain {diff.plain.outcome}"
-        )
+        composed, plain = results.verdict(diff.composer), results.verdict(diff.plain)
+        lines.append(f"{diff.key} ({diff.stack}): composer {composed}, plain {plain}")
         for who, case in (("plain", diff.plain), ("composer", diff.composer)):
             if case.outcome != "passed" and case.why:
                 lines.append(f"  {who}: {case.why}")
@@ -104,7 +103,11 @@ def difference_lines(cases: Sequence[results.Case]) -> list[str]:
 
 def lost_cases(cases: Sequence[results.Case]) -> list[results.Difference]:
     """Cases plain passes and composer does not: what ``composer conformance`` fails on."""
-    return [d for d in results.differences(cases) if d.plain.outcome == "passed"]
+    return [
+        d
+        for d in results.differences(cases)
+        if d.plain.outcome == "passed" and d.composer.outcome != "passed"
+    ]
 
 
 def run(

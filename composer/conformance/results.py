@@ -127,9 +127,15 @@ def flow_counts(cases: Iterable[Case]) -> list[FlowCounts]:
     return rows
 
 
+def verdict(case: Case) -> str:
+    """``passed``, ``passed undelegated``, ``failed`` or ``skipped``."""
+    undelegated = case.outcome == "passed" and not case.delegated
+    return case.outcome + (" undelegated" if undelegated else "")
+
+
 @attrs.frozen
 class Difference:
-    """A case composer's flow and the plain flow of its stack judged differently."""
+    """A case composer's flow and the plain flow of its stack judged (or delegated) differently."""
 
     stack: str
     key: str
@@ -138,7 +144,7 @@ class Difference:
 
 
 def differences(cases: Iterable[Case]) -> list[Difference]:
-    """Each case where ``composer_<stack>`` and ``<stack>`` do not have the same outcome."""
+    """Each case where ``composer_<stack>`` and ``<stack>`` differ in outcome or delegation."""
     by_flow_key = {(c.flow, c.key): c for c in cases}
     found = []
     for (flow, key), composed in by_flow_key.items():
@@ -146,7 +152,7 @@ def differences(cases: Iterable[Case]) -> list[Difference]:
             continue
         stack = flow.removeprefix(COMPOSER_PREFIX)
         plain = by_flow_key.get((stack, key))
-        if plain is not None and plain.outcome != composed.outcome:
+        if plain is not None and verdict(plain) != verdict(composed):
             found.append(Difference(stack, key, composed, plain))
     return found
 

@@ -1,0 +1,194 @@
+"""ExecuTorch's own backend test suite, run through composer beside the suite's plain flows.
+
+The default tier runs a slice (one case per operator family, XNNPACK and OpenVINO+XNNPACK, composer
+beside plain); ``-m conformance`` runs every operator case of the default stacks.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from composer.conformance import command, results
+
+pytest.importorskip("pytest_jsonreport")
+pytest.importorskip("openvino")
+
+# One case of each family; the first, tenth and eleventh are ones OpenVINO computes wrong or
+# cannot convert in a plain stacked lowering (issue 57).
+SLICE = (
+    "test_conv2d_padding_modes", "test_linear_unbatched", "test_lstm_batch_first_false",
+    "test_embedding_batch_dim", "test_gelu_f32_tanh_approximation", "test_cat_negative_dim",
+    "test_masked_fill_broadcast", "test_maxpool2d_ceil_mode",
+    "test_upsample_bilinear2d_scale_factors", "test_index_put_two_indices",
+    "test_permute_negative_dims", "test_glu_f32_dim_middle",
+)  # fmt: skip
+FLOWS = ("xnnpack", "composer_xnnpack", "openvino+xnnpack", "composer_openvino+xnnpack")
+
+
+@pytest.fixture(scope="module")
+def slice_run(tmp_path_factory):
+    """``composer conformance`` over the slice: its exit code, printed text and report dir."""
+    report_dir = tmp_path_factory.mktemp("conformance")
+    argv = ["conformance", "--stack", "xnnpack", "--stack", "openvino,xnnpack"]
+    argv += ["-k", " or ".join(SLICE), "--report-dir", str(report_dir)]
+    completed = subprocess.run(
+        [sys.executable, "-m", "composer.cli", *argv],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    return completed.returncode, completed.stdout + completed.stderr, report_dir
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.split()[:1] and line.split()[0] in FLOWS}  # fmt: skip
+
+
+def test_slice_composer_passes_what_plain_passes(slice_run):
+    exit_code, text, report_dir = slice_run
+    assert exit_code == 0, text
+    cases = results.load(report_dir / "report.json")
+    counts = {row.flow: row for row in results.flow_counts(cases)}
+    assert set(counts) == set(FLOWS), text
+    for row in counts.values():
+        assert row.passed + row.failed + row.skipped == len(SLICE), row
+        assert not row.lowered_nothing, f"{row.flow} delegated nothing"
+    assert not command.lost_cases(cases), text
+    for stack in ("xnnpack", "openvino+xnnpack"):
+        assert counts["composer_" + stack].passed >= counts[stack].passed, text
+    # The printed table: every flow, composer's time against plain's.
+    printed = _rows(text)
+    assert set(printed) == set(FLOWS), text
+    for stack in ("xnnpack", "openvino+xnnpack"):
+        assert printed["composer_" + stack][-1] == "plain", text
+        assert float(printed["composer_" + stack][-2].removesuffix("x")) > 0, text
+
+
+def test_slice_says_why_composer_and_plain_differ(slice_run):
+    _, text, _ = slice_run
+    # Plain OpenVINO computes conv2d with padding modes wrong; composer's proof catches it and
+    # moves OpenVINO's partition off.
+    difference = "test_conv2d.py::test_conv2d_padding_modes (openvino+xnnpack): composer passed, plain failed"  # fmt: skip
+    assert difference in text, text
+    after = text.split(difference, 1)[1].splitlines()[1:3]
+    assert any(line.strip().startswith("plain: Output Mismatch") for line in after), text
+    assert any("composer repair: openvino" in line for line in text.split(difference, 1)[1].splitlines()[1:4]), text  # fmt: skip
+    # Both pass XNNPACK's tanh GELU at the suite's atol 0.1; composer's proof holds it to eager's
+    # error against fp64, which XNNPACK's approximation misses, and runs it on portable kernels.
+    gelu = "test_gelu.py::test_gelu_f32_tanh_approximation (xnnpack): composer passed undelegated, plain passed"  # fmt: skip
+    assert gelu in text, text
+    assert "composer repair: xnnpack:0 (xnnpack) does not match its subgraph" in text.split(gelu, 1)[1].splitlines()[1], text  # fmt: skip
+
+
+def test_slice_writes_the_suites_reports(slice_run):
+    _, _, report_dir = slice_run
+    with open(report_dir / "report.csv", newline="") as report:
+        rows = {(r["Flow"], r["Test ID"].split("[")[0], r["Subtest"]): r for r in csv.DictReader(report)}  # fmt: skip
+    for stack in ("xnnpack", "openvino+xnnpack"):
+        plain = rows[(stack, "test_linear_unbatched", "0")]
+        composed = rows[("composer_" + stack, "test_linear_unbatched", "0")]
+        assert composed["Result"] == "Pass" and composed["Delegated"] == "True"
+        # Counted as the suite counts plain's: the same ops delegated, none left out.
+        assert composed["Delegated Ops"] == plain["Delegated Ops"]
+        assert composed["Undelegated Ops"] == plain["Undelegated Ops"]
+
+
+PITFALL_PLUGIN = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_load_initial_conftests(early_config, parser, args):
+        from executorch.backends.test.harness.stages import StageType, ToEdgeTransformAndLower
+        from executorch.backends.test.suite import flow
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.backends.xnnpack.test.tester import Tester
+
+        def lowering(*args, **kwargs):
+            # The harness drops this list: default_partitioner_cls is None.
+            return ToEdgeTransformAndLower(default_partitioner_cls=None, partitioners=[XnnpackPartitioner()])
+
+        def tester(module, inputs, **kwargs):
+            tester = Tester(module, inputs, **kwargs)
+            tester.stage_classes = tester.stage_classes | {StageType.TO_EDGE_TRANSFORM_AND_LOWER: lowering}
+            return tester
+
+        pitfall = flow.TestFlow("pitfall", backend="xnnpack", tester_factory=tester)
+        flow.all_flows = lambda: {"pitfall": pitfall}
+    """
+)
+
+
+def test_a_flow_that_lowers_nothing_cannot_pass_silently(tmp_path):
+    (tmp_path / "pitfall_flow.py").write_text(PITFALL_PLUGIN)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    report = tmp_path / "report.json"
+    suite = [sys.executable, "-m", "pytest", "--pyargs", command.SUITES["operators"], "-p", "pitfall_flow"]  # fmt: skip
+    suite += ["-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), "-p", "no:cacheprovider"]  # fmt: skip
+    suite += ["--json-report", f"--json-report-file={report}", "-q", "-k", "test_glu_f32_dim_middle or test_linear_unbatched"]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    completed = subprocess.run(
+        suite, check=False, capture_output=True, text=True, env=env, timeout=600
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:]  # the suite itself passes it
+    (row,) = results.flow_counts(results.load(report))
+    assert row.passed == 2 and row.passed_undelegated == 2
+    table = "\n".join(command.flow_table(results.load(report)))
+    assert "pitfall delegated nothing in any case: its lowering is broken" in table
+
+
+@pytest.mark.conformance
+def test_whole_operator_suite_composer_loses_no_case_plain_passes(tmp_path):
+    """Every operator case, each default stack (each backend that runs here, alone and before
+    XNNPACK), composer beside plain: ``composer conformance`` exits 0 only when composer lost
+    no case plain passed and every flow delegated something."""
+    argv = ["conformance", "--report-dir", str(tmp_path)]
+    completed = subprocess.run(
+        [sys.executable, "-m", "composer.cli", *argv], check=False, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-3000:]
+    assert not command.lost_cases(results.load(tmp_path / "report.json"))
+
+
+def _run_program(buffer: bytes, inputs: tuple) -> torch.Tensor:
+    from executorch.runtime import Runtime
+
+    return Runtime.get().load_program(buffer).load_method("forward").execute(list(inputs))[0]
+
+
+def test_listed_program_is_as_wrong_as_plain():
+    """docs/drop-in.md: where OpenVINO computes wrong (the suite's conv2d with reflect padding),
+    the drop-in's program is plain's, wrong alike; compose's proof repairs it."""
+    from executorch.backends.openvino.partitioner import OpenvinoPartitioner
+    from executorch.backends.test.suite.operators.test_conv2d import Model
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+    import composer
+
+    torch.manual_seed(0)
+    model, inputs = Model(padding=1, padding_mode="reflect").eval(), (torch.randn(4, 3, 16, 16),)
+    program = torch.export.export(model, inputs)
+
+    def lowered(partitioners) -> torch.Tensor:
+        config = EdgeCompileConfig(_check_ir_validity=False)
+        edge = to_edge_transform_and_lower(program, partitioner=partitioners, compile_config=config)
+        return _run_program(edge.to_executorch().buffer, inputs)
+
+    plain = lowered([OpenvinoPartitioner([CompileSpec("device", b"CPU")]), XnnpackPartitioner()])
+    listed = lowered(composer.listed(composer.partitioner("openvino"), composer.partitioner("xnnpack")))  # fmt: skip
+    composed = composer.compose(program, "openvino,xnnpack", inputs, cache=False)
+    eager = model(*inputs)
+    assert torch.equal(listed, plain)
+    assert (plain - eager).abs().max() > 0.1  # past the suite's atol: the suite fails it
+    assert (_run_program(composed.buffer, inputs) - eager).abs().max() < 1e-3
+    assert composed.plan.repairs, "compose should say it moved OpenVINO's partition"
