@@ -113,9 +113,18 @@ UPSTREAM_LOGGERS = ("torchao", "torch.utils._pytree")
 # records below ERROR are filtered instead. symbolic_shapes warns "Unable to find user code"
 # before the one-line error of a model torch.export cannot trace.
 TORCH_LOGGERS = ("torch.fx.experimental.symbolic_shapes",)
+# Inductor's autotuning logs each candidate kernel that does not fit or fails ("OutOfResources:
+# shared memory", with a traceback) and goes on with the others: on a compose that succeeds a
+# user reads them as failures. A choice that leaves none fails the compile, which composer
+# reports in its own words; so every record of these, errors included, is off the terminal.
+INDUCTOR_LOGGERS = ("torch._inductor.select_algorithm", "torch._inductor.autotune_process")
 # Files whose plain prints to stderr are dropped: torch.export prints the partial graph of a
 # failed export (20 lines and more) before raising the error composer reports in one line.
-UPSTREAM_PRINTERS = (os.path.join("torch", "export", "_trace.py"),)
+UPSTREAM_PRINTERS = (
+    os.path.join("torch", "export", "_trace.py"),
+    # "SingleProcess AUTOTUNE benchmarking takes 1.56 seconds ...", once per autotuned kernel.
+    os.path.join("torch", "_inductor", "select_algorithm.py"),
+)
 UPSTREAM_WARNINGS = (
     # ExecuTorch warns for every program whose buffers the model updates in place (a KV cache).
     "Mutation on a buffer in the model is detected",
@@ -131,6 +140,7 @@ def upstream_quieted(debug: bool) -> Iterator[None]:
     loggers = [logging.getLogger(name) for name in UPSTREAM_LOGGERS]
     levels = [logger.level for logger in loggers]
     torch_loggers = [logging.getLogger(name) for name in TORCH_LOGGERS]
+    inductor_loggers = [logging.getLogger(name) for name in INDUCTOR_LOGGERS]
     # coremltools draws tqdm bars for every conversion pass; tqdm reads TQDM_* once, when
     # it is imported, which the backends do lazily, after this.
     if "tqdm" not in sys.modules:
@@ -138,12 +148,16 @@ def upstream_quieted(debug: bool) -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", category=FutureWarning)
+        # torchao's sources have invalid escapes, compiled (and warned of) on first import.
+        warnings.filterwarnings("ignore", category=SyntaxWarning)
         for message in UPSTREAM_WARNINGS:
             warnings.filterwarnings("ignore", message=message)
         for logger in loggers:
             logger.setLevel(logging.ERROR)
         for logger in torch_loggers:
             logger.addFilter(_errors_only)
+        for logger in inductor_loggers:
+            logger.addFilter(_nothing)
         stderr, sys.stderr = sys.stderr, _StderrWithout(sys.stderr, UPSTREAM_PRINTERS)
         try:
             yield
@@ -151,12 +165,18 @@ def upstream_quieted(debug: bool) -> Iterator[None]:
             sys.stderr = stderr
             for logger in torch_loggers:
                 logger.removeFilter(_errors_only)
+            for logger in inductor_loggers:
+                logger.removeFilter(_nothing)
             for logger, level in zip(loggers, levels):
                 logger.setLevel(level)
 
 
 def _errors_only(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR
+
+
+def _nothing(record: logging.LogRecord) -> bool:
+    return False
 
 
 class _StderrWithout:
