@@ -46,7 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="STACKS",
         help="run ExecuTorch's backend test suite (executorch.backends.test.suite) with these "
         "stacks through composer, each beside the suite's plain flow: comma-separated, a "
-        "stack's backends joined by '+' (xnnpack,openvino+xnnpack)",
+        "stack's backends joined by '+' (xnnpack,openvino+xnnpack); 'installed': each backend "
+        "that runs here, alone and before xnnpack",
     )
 
 

@@ -192,3 +192,13 @@ def test_listed_program_is_as_wrong_as_plain():
     assert (plain - eager).abs().max() > 0.1  # past the suite's atol: the suite fails it
     assert (_run_program(composed.buffer, inputs) - eager).abs().max() < 1e-3
     assert composed.plan.repairs, "compose should say it moved OpenVINO's partition"
+
+
+def test_an_unknown_backend_is_refused_before_the_suite_runs():
+    completed = subprocess.run(
+        [sys.executable, "-m", "composer.cli", "conformance", "--stack", "nosuch,xnnpack"],
+        check=False, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert "composer: error:" in completed.stderr and "nosuch" in completed.stderr
+    assert "Traceback" not in completed.stderr and "flows:" not in completed.stdout

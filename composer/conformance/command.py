@@ -14,30 +14,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from composer.conformance import results
-from composer.conformance.flows import COMPOSER_PREFIX, STACK_JOIN, stack_name
+from composer.conformance.flows import (
+    COMPOSER_PREFIX,
+    STACK_JOIN,
+    check_stacks,
+    default_stacks,
+    stack_name,
+)
 from composer.contract.errors import ComposerError
 
 SUITES = {
     "operators": "executorch.backends.test.suite.operators",
     "models": "executorch.backends.test.suite.models",
 }
-PARTNER = "xnnpack"  # the common deploy case: a backend, and XNNPACK for what it declines
-
-
-def default_stacks() -> list[tuple[str, ...]]:
-    """Each backend that lowers here and whose delegates this runtime runs: alone, and before
-    XNNPACK."""
-    from composer.registry.discovery import default_registry
-    from composer.run.runtime import registered_backends
-
-    registry, runnable = default_registry(), registered_backends()
-    names = [
-        name
-        for name, backend in registry.backends.items()
-        if registry.unavailable_reason(backend) is None and backend.spec.backend_id in runnable
-    ]
-    stacks = [(name,) for name in names]
-    return stacks + [(name, PARTNER) for name in names if name != PARTNER and PARTNER in names]
 
 
 def pytest_command(
@@ -119,6 +108,7 @@ def run(
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     stacks = list(stacks) or default_stacks()
+    check_stacks(stacks)
     print("flows: " + ", ".join(f"{COMPOSER_PREFIX}{stack_name(s)} beside {stack_name(s)}" for s in stacks))  # fmt: skip
     command = pytest_command(stacks, report_dir, models=models, keyword=keyword, jobs=jobs)
     exit_code = subprocess.run(command, check=False).returncode

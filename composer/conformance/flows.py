@@ -15,12 +15,43 @@ from typing import Any
 
 COMPOSER_PREFIX = "composer_"
 STACK_JOIN = "+"  # "openvino+xnnpack": a flow name is also a pytest id, where "," would split
+PARTNER = "xnnpack"  # the common deploy case: a backend, and XNNPACK for what it declines
+INSTALLED = "installed"  # --composer-flows=installed: the default stacks
+
+
+def default_stacks() -> list[tuple[str, ...]]:
+    """Each backend that lowers here and whose delegates this runtime runs: alone, and before
+    XNNPACK."""
+    from composer.registry.discovery import default_registry
+    from composer.run.runtime import registered_backends
+
+    registry, runnable = default_registry(), registered_backends()
+    names = [
+        name
+        for name, backend in registry.backends.items()
+        if registry.unavailable_reason(backend) is None and backend.spec.backend_id in runnable
+    ]
+    stacks = [(name,) for name in names]
+    return stacks + [(name, PARTNER) for name in names if name != PARTNER and PARTNER in names]
 
 
 def parse_stacks(text: str) -> list[tuple[str, ...]]:
-    """``"xnnpack,openvino+xnnpack"`` -> ``[("xnnpack",), ("openvino", "xnnpack")]``."""
+    """``"xnnpack,openvino+xnnpack"`` -> ``[("xnnpack",), ("openvino", "xnnpack")]``;
+    ``"installed"``: :func:`default_stacks`."""
+    if text.strip() == INSTALLED:
+        return default_stacks()
     stacks = [tuple(b.strip() for b in part.split(STACK_JOIN)) for part in text.split(",")]
     return [s for s in stacks if all(s)]
+
+
+def check_stacks(stacks: Sequence[Sequence[str]]) -> None:
+    """Raise composer's ``BackendListError`` (saying which are known) for an unknown backend,
+    once, before the suite runs it in every case."""
+    from composer.registry.discovery import default_registry
+
+    registry = default_registry()
+    for stack in stacks:
+        registry.resolve(list(stack))
 
 
 def stack_name(stack: Sequence[str]) -> str:

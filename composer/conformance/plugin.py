@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from composer.conformance.flows import CASE_NOTES, install_flows, parse_stacks
+from composer.conformance.flows import CASE_NOTES, check_stacks, install_flows, parse_stacks
 
 # The suite seeds each case's random inputs from its name plus a run seed, random unless a
 # session is open: a fixed one gives composer's flow and plain's the same inputs.
@@ -21,9 +21,15 @@ def activate(config: pytest.Config, flows_text: str) -> None:
     """Replace the suite's flows before its conftest imports them, and report composer's notes."""
     from executorch.backends.test.suite import reporting
 
+    from composer.contract.errors import ComposerError
+
     stacks = parse_stacks(flows_text)
     if not stacks:
         raise pytest.UsageError(f"--composer-flows={flows_text!r} names no stack")
+    try:
+        check_stacks(stacks)
+    except ComposerError as error:
+        raise pytest.UsageError(f"--composer-flows: {error}") from None
     install_flows(stacks)
     if reporting.get_active_test_session() is None:
         reporting.begin_test_session(None, seed=RUN_SEED)
