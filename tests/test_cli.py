@@ -22,7 +22,8 @@ def run(capsys, *argv):
     return code, out, err
 
 
-def test_backends_lists_every_backend_with_its_distribution(capsys):
+def test_backends_lists_every_backend_with_its_distribution(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # whole rows: a narrow terminal wraps them
     code, out, _ = run(capsys, "backends")
     assert code == 0
     lines = out.splitlines()
