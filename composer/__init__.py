@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from composer.pipeline.recipes import export_recipe
     from composer.registry.discovery import Registry, default_registry
     from composer.registry.stack import Stack
+    from composer.report.plan_text import summary_table
     from composer.run.composition import Composition
     from composer.run.verification import Verification
     from composer.scheduler.drop_in import guard, partitioner
@@ -71,6 +72,7 @@ _MODULE_OF = {
     "partitioner": "composer.scheduler.drop_in",
     "plan": "composer.pipeline.compose",
     "quantize": "composer.pipeline.quantize",
+    "summary_table": "composer.report.plan_text",
     "sweep": "composer.fleet",
 }
 
@@ -103,6 +105,7 @@ __all__ = [
     "partitioner",
     "plan",
     "quantize",
+    "summary_table",
     "sweep",
 ]
 

@@ -62,5 +62,47 @@ def _repository_paths(app, path, docname, content):
     content[0] = _LINK.sub(text, content[0])
 
 
+# attrs writes a default made by a factory (`attrs.field(factory=dict)`) into __init__'s
+# signature as its sentinel, which autodoc shows as "= NOTHING": the factory's value instead
+# (`= {}`), or `= factory()` where it is no empty builtin.
+_EMPTY = (dict, list, tuple, set, frozenset)
+
+
+def _top_level_parameters(parameters: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(parameters):
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            parts.append(parameters[start:index])
+            start = index + 1
+    return [*parts, parameters[start:]]
+
+
+def _attrs_factory_defaults(app, what, name, obj, options, signature, return_annotation):
+    import attrs
+
+    if not signature or "NOTHING" not in signature or not attrs.has(obj):
+        return None
+    factories = {
+        field.alias or field.name: field.default.factory
+        for field in attrs.fields(obj)
+        if isinstance(field.default, attrs.Factory)
+    }
+
+    def readable(parameter: str) -> str:
+        head, sep, default = parameter.rpartition("=")
+        parameter_name = head.split(":")[0].strip().lstrip("*")
+        if not sep or default.strip() != "NOTHING" or parameter_name not in factories:
+            return parameter
+        factory = factories[parameter_name]
+        shown = repr(factory()) if factory in _EMPTY else f"{factory.__name__}()"
+        return f"{head}= {shown}"
+
+    parameters = ",".join(readable(p) for p in _top_level_parameters(signature[1:-1]))
+    return f"({parameters})", return_annotation
+
+
 def setup(app):
     app.connect("include-read", _repository_paths)
+    app.connect("autodoc-process-signature", _attrs_factory_defaults)

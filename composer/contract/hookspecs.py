@@ -72,8 +72,8 @@ class _PluginClass(abc.ABCMeta):
 class BackendPlugin(metaclass=_PluginClass):
     """A composer backend plugin as a class: the hooks, each with its default and what it answers.
 
-    Derive from it, set ``spec`` (the one backend the plugin provides) and ``options`` (the
-    ``composer.Option``s it takes), override ``composer_operator_support`` or
+    Derive from it, set ``spec`` (the one backend the plugin provides) and ``options`` (each
+    ``composer.Option`` it takes), override ``composer_operator_support`` or
     ``composer_partitioner`` and the other hooks your backend answers, and register an instance
     under the ``composer`` entry-point group. An override needs no ``@hookimpl``: a subclass's
     method named after a hook is one, and a method named ``composer_*`` that is no hook is

@@ -72,7 +72,7 @@ class Composition:
 
     @property
     def reference(self) -> torch.nn.Module:
-        """The lowered program as Python: delegates run their subgraphs."""
+        """The lowered program as Python, in which delegates run their subgraphs."""
         return self._lowering().reference
 
     def save(self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None) -> Path:
