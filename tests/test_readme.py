@@ -25,7 +25,7 @@ PAGE_OF = {
 BLOCKS = list(PAGE_OF)
 PLUGIN, OPTIONS, PLUGIN_TEST = (
     next(b for b in BLOCKS if b.startswith("# composer_mybackend/plugin.py")),
-    next(b for b in BLOCKS if "def composer_options" in b),
+    next(b for b in BLOCKS if "options = (composer.Option" in b),
     next(b for b in BLOCKS if b.startswith("# tests/test_contract.py of composer-mybackend")),
 )
 USERS_OWN = [b for b in BLOCKS if "my_models" in b or "measured_plan" in b]
@@ -65,7 +65,10 @@ def test_the_plugin_guide_makes_a_plugin_check_plugin_accepts(tmp_path, monkeypa
     package = tmp_path / "composer_mybackend"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "plugin.py").write_text(PLUGIN + "\n\n" + OPTIONS)
+    # The options block extends the guide's class ("..." stands for what the first block has).
+    options = OPTIONS.replace("(composer.BackendPlugin):\n    ...\n", "(MyPlugin):\n")
+    assert options != OPTIONS, "the plugin guide's options block no longer extends MyPlugin"
+    (package / "plugin.py").write_text(f"{PLUGIN}\n\n{options}\n\nplugin = MyPlugin()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         namespace: dict = {"__name__": "readme_plugin_test"}
