@@ -22,13 +22,10 @@ from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, ModelError
 from composer.lower.atomic import ptd_name, write_all
-from composer.lower.cache import cache_dir, cache_enabled
-from composer.lower.export import fresh_program
 from composer.lower.lowering import keeping_unwritten, lower_edge, written
 from composer.pipeline.proven import own_pins_unremarked, repaired_stack
-from composer.registry.discovery import Registry
-from composer.registry.resolved import resolve_stack
-from composer.registry.stack import Stack
+from composer.pipeline.stages import Composing, Exported
+from composer.registry.resolved import ResolvedStack
 from composer.run.composition import Composition
 from composer.run.proof import ProgramFailed, prove
 from composer.run.verification import Verification, verify
@@ -104,53 +101,55 @@ class MethodsComposition:
 
 def compose_methods(
     methods: Mapping[str, Any],
-    stack: Stack | str,
-    compose_one: Callable[..., Composition],
+    resolved: ResolvedStack,
+    compose_one: Callable[[Exported], Composition],
+    how: Composing,
     *,
     constant_methods: Mapping[str, Any] | None = None,
-    progress: Callable[[str], None] | None = None,
-    cache: bool = True,
-    registry: Registry | None = None,
-    check: bool = True,
-    **settings: Any,
 ) -> MethodsComposition:
     """Compose each of ``methods`` (name -> ExportedProgram, or (module, example_inputs)) with
-    ``stack`` through ``compose_one`` (:func:`composer.compose`), then write them as one
-    program with ``constant_methods``; each method is proven in that program."""
-    from executorch.exir import EdgeCompileConfig, EdgeProgramManager
-
+    the ``resolved`` stack through ``compose_one`` (composer.pipeline.stages, as ``how``
+    says), then write them as one program with ``constant_methods``; each method is proven in
+    that program."""
     if not methods:
         raise ModelError("compose got no methods: pass {name: program or (module, inputs)}.")
-    given = {name: _model_and_inputs(name, entry) for name, entry in methods.items()}
+    given = {name: Exported(*_model_and_inputs(name, entry)) for name, entry in methods.items()}
     clash = set(given) & set(constant_methods or {})
     if clash:
         raise ModelError(f"{', '.join(sorted(clash))} named both a method and a constant method.")
     alone = {}
-    for name, (model, inputs) in given.items():
-        if progress is not None:
-            progress(f"method {name}:")
+    for name, exported in given.items():
+        if how.progress is not None:
+            how.progress(f"method {name}:")
         with keeping_unwritten():
-            alone[name] = compose_one(
-                model, stack, inputs, progress=progress, cache=cache, registry=registry,
-                check=check, **settings,
-            )  # fmt: skip
-    # Each method's compose_one asked whether the backends lower here.
-    resolved = resolve_stack(Stack.of(stack, **settings), registry, must_lower_here=False)
-    folder = cache_dir() if cache and cache_enabled() else None
+            alone[name] = compose_one(exported)
     edges, plans = {}, {}
-    for name, (model, inputs) in given.items():
-        plan = alone[name].plan
-        if alone[name].unwritten_edge is not None:
-            edges[name], plans[name] = alone[name].unwritten_edge, plan
-            continue
-        repaired = repaired_stack(resolved.stack, plan.repairs)
-        with own_pins_unremarked(bool(plan.repairs)):
-            edge, together, _ = lower_edge(
-                fresh_program(model, inputs), resolved.lowering(repaired), progress, folder, 1,
-                again=lambda model=model, inputs=inputs: fresh_program(model, inputs),
-            )  # fmt: skip
-        edges[name] = edge.exported_program()
-        plans[name] = attrs.evolve(together, repairs=plan.repairs, placement=plan.placement)
+    for name, exported in given.items():
+        edges[name], plans[name] = _edge_of(exported, alone[name], resolved, how)
+    return _written(edges, plans, alone, constant_methods, how.check)
+
+
+def _edge_of(exported: Exported, alone: Composition, resolved: ResolvedStack, how: Composing):
+    """A method's lowered edge program before ``to_executorch``, and its plan: the one its own
+    compose kept, or, composed from the cache, lowered again with its repairs."""
+    plan = alone.plan
+    if alone.unwritten_edge is not None:
+        return alone.unwritten_edge, plan
+    repaired = repaired_stack(resolved.stack, plan.repairs)
+    with own_pins_unremarked(bool(plan.repairs)):
+        edge, together, _ = lower_edge(
+            exported.to_lower(), resolved.lowering(repaired), how.progress, how.folder, 1,
+            again=exported.fresh,
+        )  # fmt: skip
+    return edge.exported_program(), attrs.evolve(
+        together, repairs=plan.repairs, placement=plan.placement
+    )
+
+
+def _written(edges, plans, alone, constant_methods, check: bool) -> MethodsComposition:
+    """Every method's edge program written as one program, each method proven in it."""
+    from executorch.exir import EdgeCompileConfig, EdgeProgramManager
+
     manager = EdgeProgramManager(
         edges,
         constant_methods=dict(constant_methods or {}),

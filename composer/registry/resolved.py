@@ -20,6 +20,8 @@ class ResolvedStack:
     # The backends that cannot lower on this machine, where that is allowed: a plan lowers
     # them to composer's stand-in.
     stand_ins: frozenset[str] = frozenset()
+    # Why each backend that cannot lower on this machine cannot (by name).
+    unavailable: dict[str, str] = attrs.field(factory=dict)
 
     def lowering(self, stack: Stack) -> ResolvedStack:
         """The same backends lowered with ``stack`` (a repair's: its pins added)."""
@@ -28,6 +30,25 @@ class ResolvedStack:
     def planned(self) -> ResolvedStack:
         """Every backend a stand-in: what a plan lowers, on any machine."""
         return attrs.evolve(self, stand_ins=frozenset(b.name for b in self.backends))
+
+    def narrowed(self, stack: Stack) -> ResolvedStack:
+        """The resolved stack of ``stack``: some of these backends, in any order, with their
+        settings (a measured placement's candidate), resolved as :func:`resolve_stack` would."""
+        by_name = {backend.name: backend for backend in self.backends}
+        backends = tuple(by_name[name] for name in stack.backends)
+        return attrs.evolve(
+            self,
+            stack=stack.with_defaults(backends, self.registry),
+            backends=backends,
+            stand_ins=self.stand_ins & set(stack.backends),
+        )
+
+    def lowered_here(self) -> ResolvedStack:
+        """This stack, where every backend can lower on this machine; else BackendListError."""
+        for backend in self.backends:
+            if backend.name in self.unavailable:
+                raise _cannot_lower(backend.name, self.unavailable[backend.name])
+        return self
 
 
 def resolve_stack(
@@ -39,17 +60,25 @@ def resolve_stack(
     BackendListError; otherwise it is named among the stand-ins."""
     registry = registry or default_registry()
     backends = tuple(registry.resolve(stack.backends))
-    stand_ins = set()
+    unavailable = {}
     for backend in backends:
         reason = registry.unavailable_reason(backend)
         if reason is None:
             continue
         if must_lower_here:
-            raise BackendListError(
-                f"backend {backend.name!r} cannot lower on this machine: {reason}. Run "
-                "composer.plan() here for the plan, and compose on a machine that has it."
-            )
-        stand_ins.add(backend.name)
+            raise _cannot_lower(backend.name, reason)
+        unavailable[backend.name] = reason
     return ResolvedStack(
-        stack.with_defaults(backends, registry), backends, registry, frozenset(stand_ins)
+        stack.with_defaults(backends, registry),
+        backends,
+        registry,
+        frozenset(unavailable),
+        unavailable,
+    )
+
+
+def _cannot_lower(name: str, reason: str) -> BackendListError:
+    return BackendListError(
+        f"backend {name!r} cannot lower on this machine: {reason}. Run "
+        "composer.plan() here for the plan, and compose on a machine that has it."
     )
