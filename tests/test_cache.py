@@ -328,7 +328,7 @@ def test_partitions_lowered_in_parallel_are_the_same_bytes(cache):
     parallel, _ = _compose(model, inputs, cache=False, jobs=2)
     assert len(serial.plan.partitions) > 1
     assert parallel.buffer == serial.buffer
-    with pytest.raises(ComposerError, match="jobs must be a whole number >= 1, not 0"):
+    with pytest.raises(ComposerError, match="jobs must be a whole number >= 1, or None, not 0"):
         composer.compose(model, ["xnnpack"], inputs, jobs=0)
 
 
