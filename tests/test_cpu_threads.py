@@ -105,7 +105,7 @@ def test_run_on_the_command_line_with_threads(tmp_path):
     assert "compare with zoo:mlp: OK" in done.stdout
     done = subprocess.run([*command, "--threads", "0"], capture_output=True, text=True, check=False)
     assert done.returncode == 2
-    assert "threads must be a whole number >= 1, not 0" in done.stderr
+    assert "--threads: must be a whole number >= 1, not '0'" in done.stderr
 
 
 @pytest.mark.parametrize("threads", [0, -1, True, 1.5, "2"])

@@ -346,7 +346,7 @@ def test_a_boundary_reason_that_is_not_a_string_is_a_plugin_error(monkeypatch):
     model, inputs = zoo.load("mlp")
     with pytest.raises(PluginError, match=(
         r"plugin 'boundary' \(composer-test-boundary\): NumericBoundary"
-        r"\.reason_unsupported_at_boundary returned int for node \w+; it must return a string "
+        r"\.reason_unsupported_at_boundary returned 42 for node \w+; it must return a string "
         "or None."
     )):  # fmt: skip
         composer.plan(model, ["boundary"], inputs, cache=False)

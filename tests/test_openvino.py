@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -122,8 +123,9 @@ def test_without_openvino_installed_it_is_listed_unavailable_and_refused():
         "main(['backends'])\n"
         "sys.exit(main(['plan', 'zoo:mlp', '--backends', 'openvino']))\n"
     )
+    # Whole rows: a narrow $COLUMNS (xdist's workers have one) wraps the table.
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
+                          timeout=300, check=False, env={**os.environ, "COLUMNS": "400"})  # fmt: skip
     row = next(line for line in done.stdout.splitlines() if line.startswith("openvino"))
     assert "no: the openvino package is not installed" in row
     assert "pip install 'executorch-composer[openvino]'" in row
