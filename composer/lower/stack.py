@@ -210,6 +210,31 @@ def _kept_whole(
     return kept
 
 
+def _before_partitioning(
+    cause: BaseException,
+    happened: str,
+    partitioners: list[ComposerPartitioner],
+    dims: tuple[dict, ...],
+    program: ExportedProgram | None,
+) -> ComposerError:
+    """A failure before any backend partitioned: composer's own step's, said so, or
+    ExecuTorch's decomposition's, which lowering again with fewer ops kept whole may avoid."""
+    own = _composer_step(cause)
+    if own is not None:
+        return ComposerError(
+            f"composer's own step {own} failed while ExecuTorch lowered the program to its edge "
+            f"dialect, before any backend partitioned: {happened}{_dims_said(dims)}. This is a "
+            "bug in composer; please report it with the model (--debug shows the traceback)."
+        )
+    return DecompositionFailed(
+        f"ExecuTorch's to_edge_transform_and_lower failed before any backend partitioned: "
+        f"{happened}{_dims_said(dims)}. Run with --debug (or composer.plan) and report it "
+        "with the model.",
+        happened,
+        _kept_whole(partitioners, program),
+    )
+
+
 def _composer_step(error: BaseException) -> str | None:
     """``module.function`` of the innermost composer code (a pass, a partitioner's hook) in
     ``error``'s traceback below this module, or None where only ExecuTorch and torch ran."""
@@ -252,21 +277,8 @@ def _lowering_error(
     happened = said(cause)
     # ExecuTorch partitions and lowers one partitioner at a time, in list order.
     current = next((p for p in reversed(partitioners) if p.entered), None)
-    own = _composer_step(cause)
-    if current is None and own is not None:
-        return ComposerError(
-            f"composer's own step {own} failed while ExecuTorch lowered the program to its edge "
-            f"dialect, before any backend partitioned: {happened}{_dims_said(dims)}. This is a "
-            "bug in composer; please report it with the model (--debug shows the traceback)."
-        )
     if current is None:
-        return DecompositionFailed(
-            f"ExecuTorch's to_edge_transform_and_lower failed before any backend partitioned: "
-            f"{happened}{_dims_said(dims)}. Run with --debug (or composer.plan) and report it "
-            "with the model.",
-            happened,
-            _kept_whole(partitioners, program),
-        )
+        return _before_partitioning(cause, happened, partitioners, dims, program)
     origin = current.backend.origin
     who = f"plugin {origin.name!r} ({origin.distribution}): backend {current.backend.name!r}"
     if current.stand_in:
