@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from composer.contract.errors import ComposerError, ModelError
+from composer.contract.errors import ModelError
 from composer.lower.cache import cache_dir, cache_enabled
 from composer.lower.export import Model
 from composer.lower.shared_edge import sharing_edge_programs
@@ -20,7 +20,6 @@ from composer.pipeline.arguments import check_arguments
 from composer.pipeline.methods import MethodsComposition, compose_methods
 from composer.pipeline.stages import Composing, Exported, compose_resolved, plan_resolved
 from composer.registry.discovery import Registry
-from composer.registry.names import is_count
 from composer.registry.resolved import ResolvedStack, resolve_stack
 from composer.registry.stack import Stack
 from composer.run import aoti_host, cpp_runtime, cpu_threads, cuda_manifest
@@ -162,13 +161,10 @@ def _stages(stack: Stack, resolved: ResolvedStack, how: Composing):
 
 
 def _jobs(jobs: int | None) -> int:
-    if jobs is None:
-        # Forking a process that holds a lowered program costs more than a 2-core machine
-        # wins back (bench/RESULTS.md, "Composing again"): parallel is asked for.
-        return 1
-    if not is_count(jobs):
-        raise ComposerError(f"jobs must be a whole number >= 1, not {jobs!r}.")
-    return jobs
+    # check_arguments has refused anything but None or a count. Forking a process that holds
+    # a lowered program costs more than a 2-core machine wins back (bench/RESULTS.md,
+    # "Composing again"): parallel is asked for.
+    return 1 if jobs is None else jobs
 
 
 def _measured(exported: Exported, stack: Stack, resolved: ResolvedStack, how: Composing):
