@@ -73,8 +73,23 @@ def test_the_schedule_refuses_a_first_call_that_is_not_the_first_backend():
     schedule = StackSchedule({}, consolidate=True)
     lowering = StackLowering(schedule=schedule)
     first, second = (ComposerPartitioner(b, registry, lowering=lowering) for b in backends)
-    lowering.partitioners.extend([first, second])
+    lowering.seat([first, second])
     model, inputs = zoo.load("mlp")
     program = torch.export.export(model, inputs)
     with pytest.raises(PartitionError, match="no longer lowers in list order"):
         schedule.withheld_from(second, program, set(), support=None)
+
+
+def test_a_shared_lowering_seats_its_partitioners_once_and_only_then_lists_them():
+    registry = default_registry()
+    (backend,) = registry.resolve(["tensorrt_stub"])
+    lowering = StackLowering()
+    partitioner = ComposerPartitioner(backend, registry, lowering=lowering)
+    with pytest.raises(RuntimeError, match="read before they were seated"):
+        _ = lowering.partitioners
+    lowering.seat([partitioner])
+    assert lowering.partitioners == (partitioner,)
+    with pytest.raises(RuntimeError, match="seats its partitioners once"):
+        lowering.seat([partitioner])
+    with pytest.raises(AttributeError):
+        lowering.keep_whole = "any"

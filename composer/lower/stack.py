@@ -103,8 +103,7 @@ def _lower_once(
         keep_whole=stack.keep_whole,
         kernels=None if stand_ins >= {b.name for b in backends} else target_kernels(),
     )
-    partitioners = lowering.partitioners
-    partitioners.extend(
+    partitioners = [
         ComposerPartitioner(
             backend,
             registry,
@@ -120,7 +119,8 @@ def _lower_once(
             ),
         )
         for backend in backends
-    )
+    ]
+    lowering.seat(partitioners)
     # Inference programs: with autograd on, ExecuTorch's passes trip over in-place
     # buffer updates on tensors that require grad (plain ExecuTorch fails the same way).
     started = time.perf_counter()

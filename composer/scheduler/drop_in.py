@@ -41,8 +41,10 @@ def listed(*partitioners: Partitioner) -> list[Partitioner]:
     together = list(partitioners)
     for each in partitioners:
         if isinstance(each, ComposerPartitioner):
-            # Made before the list was: each is told it here.
-            each.lowering = attrs.evolve(each.lowering, partitioners=together)
+            # Made before the list was: each is told it here, in a lowering of its own (the
+            # one it was made with may be seated already).
+            each.lowering = attrs.evolve(each.lowering)
+            each.lowering.seat(together)
     return together
 
 
@@ -50,7 +52,9 @@ class DropInPartitioner(ComposerPartitioner):
     """``composer.partitioner(name)``: in a list that composer may not have been told about."""
 
     def listed_with(self) -> Sequence[Partitioner]:
-        return self.lowering.partitioners or _partitioners_listed_with(self)
+        if self.lowering.seated:
+            return self.lowering.partitioners
+        return _partitioners_listed_with(self)
 
 
 def _partitioners_listed_with(partitioner: Partitioner) -> list[Partitioner]:

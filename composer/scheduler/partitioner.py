@@ -64,14 +64,14 @@ class Schedule(Protocol):
         """Node names ``partitioner`` must not take in ``program``, each with the reason."""
 
 
-@attrs.frozen(eq=False)
+@attrs.define(eq=False, on_setattr=attrs.setters.frozen)
 class StackLowering:
     """What the partitioners of one lowering share, given to each when it is made.
 
-    ``partitioners``: those lowered together, in list order; whoever makes them lists them
-    here once they exist (each reads the others through it)."""
+    Made in two steps, because each partitioner reads the others through it: made with the
+    settings below and given to each partitioner, then ``seat``ed with them, once. The
+    settings are frozen; the partitioners are readable only once seated."""
 
-    partitioners: list[Partitioner] = attrs.field(factory=list)
     # The stack's assignment: what each backend must leave to others (None: nothing).
     schedule: Schedule | None = None
     # Nodes to decompose although a backend asks to keep their op whole, as a
@@ -83,6 +83,34 @@ class StackLowering:
     # The operators the runtime that will run the program has kernels for (None: any with
     # an out variant): what is kept whole and left must be among them.
     kernels: frozenset[str] | None = None
+    # Set once, by ``seat``: the one field not frozen, for the partitioners are made after.
+    _seated: tuple[Partitioner, ...] | None = attrs.field(
+        default=None, init=False, on_setattr=attrs.setters.NO_OP
+    )
+
+    def seat(self, partitioners: Sequence[Partitioner]) -> None:
+        """Name the partitioners lowered together, in list order; once, after they are made."""
+        if self._seated is not None:
+            raise RuntimeError(
+                f"this lowering's partitioners are seated already ({self._seated!r}); a "
+                "lowering seats its partitioners once. This is a bug in composer."
+            )
+        self._seated = tuple(partitioners)
+
+    @property
+    def seated(self) -> bool:
+        """Whether ``seat`` has named this lowering's partitioners."""
+        return self._seated is not None
+
+    @property
+    def partitioners(self) -> tuple[Partitioner, ...]:
+        """The partitioners lowered together, in list order (``seat`` named them)."""
+        if self._seated is None:
+            raise RuntimeError(
+                "this lowering's partitioners were read before they were seated; whoever "
+                "makes them calls seat() once they exist. This is a bug in composer."
+            )
+        return self._seated
 
 
 def _asked_after_a_composer_backend(op: object, asked) -> bool:
@@ -147,7 +175,12 @@ class ComposerPartitioner(Partitioner):
 
     def listed_with(self) -> Sequence[Partitioner]:
         """The partitioners of the list this one is lowered in (itself may be among them)."""
-        return self.lowering.partitioners
+        return self._seated_with()
+
+    def _seated_with(self) -> Sequence[Partitioner]:
+        # Made without a shared lowering, or before one seated it: it is lowered alone, or in
+        # a list composer was not told about.
+        return self.lowering.partitioners if self.lowering.seated else (self,)
 
     # --- the hooks ExecuTorch calls -------------------------------------------------
 
@@ -417,10 +450,10 @@ class ComposerPartitioner(Partitioner):
         """Once the last backend has partitioned: the nodes ExecuTorch will refuse, left
         undecomposed for a backend and taken by none (``kept_whole.kept_whole_but_left``)."""
         # Only the last backend knows: a node one backend leaves, a later one may take whole.
-        listed = self.lowering.partitioners
-        if listed and self is not listed[-1]:
+        listed = self._seated_with()
+        if self is not listed[-1]:
             return {}
-        stack = [p for p in listed or (self,) if isinstance(p, ComposerPartitioner)]
+        stack = [p for p in listed if isinstance(p, ComposerPartitioner)]
         keepers = [(p.backend.name, p.kept_whole_ops, p.declined) for p in stack]
         # ExecuTorch's check after lowering asks every partitioner again, of the lowered edge
         # program; asked so, a plugin that lists the ATen ops it finds (the AOTInductor ones)
