@@ -568,15 +568,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action=_Version, nargs=0, help="print composer's, ExecuTorch's and torch's versions"
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True)
+    # The order here is the order ``composer --help`` lists the commands in.
+    for add_command in (
+        _add_backends_command, _add_plan_command, _add_lower_command, _add_run_command,
+        _add_cache_command, _add_sweep_command, _add_explain_command, _add_conformance_command,
+    ):  # fmt: skip
+        add_command(commands)
+    return parser
 
+
+def _add_backends_command(commands) -> None:
     backends = commands.add_parser("backends", help="list the backends found")
     backends.set_defaults(run=_backends)
 
+
+def _add_plan_command(commands) -> None:
     plan = commands.add_parser("plan", help="which backend takes which op; lowers nothing")
     _add_stack_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_plan)
 
+
+def _add_lower_command(commands) -> None:
     lower = commands.add_parser("lower", help="lower to a .pte with the backend stack")
     _add_stack_arguments(lower)
     lower.add_argument("-o", "--output", required=True, help="the .pte to write")
@@ -610,6 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     lower.set_defaults(run=_lower)
 
+
+def _add_run_command(commands) -> None:
     run = commands.add_parser("run", help="run a .pte in the ExecuTorch runtime")
     run.add_argument("program", help="the .pte")
     run.add_argument("--inputs", help="a tuple of tensors saved with torch.save")
@@ -623,10 +638,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_threads_argument(run)
     run.set_defaults(run=_run)
 
+
+def _add_cache_command(commands) -> None:
     cache = commands.add_parser("cache", help="what composer keeps between runs")
     cache.add_argument("action", choices=("info", "clear"))
     cache.set_defaults(run=_cache)
 
+
+def _add_sweep_command(commands) -> None:
     from composer.registry.stack import PLACEMENTS  # as _add_stack_arguments: light to import
 
     sweep = commands.add_parser(
@@ -657,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quiet", action="store_true", help="no line per job")
     sweep.set_defaults(run=_sweep)
 
+
+def _add_explain_command(commands) -> None:
     explain = commands.add_parser("explain", help="why a node went where it went")
     _add_stack_arguments(explain)
     which = explain.add_mutually_exclusive_group(required=True)
@@ -664,6 +685,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--op", help="every node of this op, e.g. aten.cumsum.default")
     explain.set_defaults(run=_explain)
 
+
+def _add_conformance_command(commands) -> None:
     conformance = commands.add_parser(
         "conformance", help="ExecuTorch's backend test suite through composer, beside plain"
     )
@@ -678,7 +701,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "JSON and CSV reports go (default ./conformance)")  # fmt: skip
     conformance.add_argument("--jobs", type=_count, metavar="N", help="pytest-xdist processes")
     conformance.set_defaults(run=_conformance)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
