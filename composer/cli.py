@@ -235,19 +235,47 @@ def _render_methods_report(composition, path: Path, title: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import torch
-
-    from composer.models.model_source import load_model
     from composer.run import cpp_runtime
     from composer.run.inputs import flat_inputs
-    from composer.run.runtime import LoadedProgram, check_program_file, runtime_can_run
-    from composer.run.verification import RUNTIME
+    from composer.run.runtime import check_program_file
 
     program = Path(args.program)
     if not program.is_file():
         raise ComposerError(f"no such file: {program}")
     buffer = program.read_bytes()
     check_program_file(buffer, str(program), args.method)
+    model, inputs = _model_and_inputs(args)
+    if args.threads is not None:
+        from composer.run import cpu_threads
+
+        cpu_threads.set_threads(args.threads)
+    # The method takes the leaves of nested inputs, as torch.export flattened them; eager
+    # takes them as they are.
+    flat = flat_inputs(inputs)
+    runner = cpp_runtime.runner_path()
+    data_paths = sorted(program.parent.glob("*.ptd"))
+    loaded, outputs = _run_program(args, runner, buffer, data_paths, flat)
+    for index, output in enumerate(outputs):
+        print(
+            f"output {index}: shape {list(output.shape)} {str(output.dtype).removeprefix('torch.')}"
+        )
+    eager = None if model is None else _eager_module(model)
+    if args.bench and loaded is not None:
+        _print_program_latency(buffer, loaded, eager, inputs, args.bench)
+    elif args.bench:
+        _print_runner_latency(
+            runner, program, data_paths, flat, args.bench, args.threads, args.method
+        )
+    if eager is None:
+        return 0
+    return _compare_with_eager(args.compare, buffer, eager, inputs, outputs)
+
+
+def _model_and_inputs(args: argparse.Namespace) -> tuple:
+    """``run``'s model to compare with (None without ``--compare``) and the inputs to run on:
+    ``--inputs`` if given, else the model's example inputs."""
+    from composer.models.model_source import load_model
+
     model = inputs = None
     if args.compare:
         model, inputs = load_model(args.compare)
@@ -260,16 +288,16 @@ def _run(args: argparse.Namespace) -> int:
     if inputs is None:
         raise ComposerError("pass --inputs FILE (a tuple of tensors saved with torch.save) or "
                             "--compare MODEL to use the model's example inputs.")  # fmt: skip
-    if args.threads is not None:
-        from composer.run import cpu_threads
+    return model, inputs
 
-        cpu_threads.set_threads(args.threads)
-    # The method takes the leaves of nested inputs, as torch.export flattened them; eager
-    # takes them as they are.
-    flat = flat_inputs(inputs)
-    loaded = None
-    runner = cpp_runtime.runner_path()
-    data_paths = sorted(program.parent.glob("*.ptd"))
+
+def _run_program(args, runner, buffer: bytes, data_paths: list[Path], flat: list) -> tuple:
+    """Run ``buffer`` once and say which executor ran it: (the loaded program, or None where
+    the C++ runner ran it, the outputs)."""
+    from composer.run import cpp_runtime
+    from composer.run.runtime import LoadedProgram, runtime_can_run
+    from composer.run.verification import RUNTIME
+
     if runner is not None and not runtime_can_run(buffer)[0]:
         # A program the pip runtime cannot run (CUDA delegates): ExecuTorch's own C++ runtime.
         data_files = {p.name: p.read_bytes() for p in data_paths}
@@ -277,28 +305,28 @@ def _run(args: argparse.Namespace) -> int:
             runner, buffer, data_files, flat, args.threads, method=args.method
         )
         print(f"executor: {cpp_runtime.EXECUTOR} ({runner})")
-    else:
-        loaded = LoadedProgram(buffer, args.method)
-        loaded.check_inputs(flat)
-        outputs = loaded.run(flat)
-        print(f"executor: {RUNTIME} (the pip wheel's, through its Python bindings)")
-    for index, output in enumerate(outputs):
-        print(
-            f"output {index}: shape {list(output.shape)} {str(output.dtype).removeprefix('torch.')}"
-        )
-    eager = None
-    if model is not None:
-        from composer.lower.export import export_model
+        return None, outputs
+    loaded = LoadedProgram(buffer, args.method)
+    loaded.check_inputs(flat)
+    outputs = loaded.run(flat)
+    print(f"executor: {RUNTIME} (the pip wheel's, through its Python bindings)")
+    return loaded, outputs
 
-        eager = model if isinstance(model, torch.nn.Module) else export_model(model, None).module()
-    if args.bench and loaded is not None:
-        _print_program_latency(buffer, loaded, eager, inputs, args.bench)
-    elif args.bench:
-        _print_runner_latency(
-            runner, program, data_paths, flat, args.bench, args.threads, args.method
-        )
-    if eager is None:
-        return 0
+
+def _eager_module(model):
+    """The eager model to compare with: a .pt2's program runs as its ``module()``."""
+    import torch
+
+    from composer.lower.export import export_model
+
+    return model if isinstance(model, torch.nn.Module) else export_model(model, None).module()
+
+
+def _compare_with_eager(compare: str, buffer: bytes, eager, inputs, outputs) -> int:
+    """Print how the program's ``outputs`` compare with ``eager``'s (``compare`` names it); 1
+    where they do not match."""
+    import torch
+
     from composer.run.accuracy import eager_in_precision, judge, truth
     from composer.run.runtime import installed_tolerance
 
@@ -314,7 +342,7 @@ def _run(args: argparse.Namespace) -> int:
     ok, worst = verdict.ok, verdict.max_abs_error
     verdict_word = "OK" if ok else "MISMATCH"
     print(
-        f"compare with {args.compare}: {verdict_word}, max |pte - eager| = {worst:.3g}; "
+        f"compare with {compare}: {verdict_word}, max |pte - eager| = {worst:.3g}; "
         f"{verdict.describe()}"
     )
     return 0 if ok else 1
