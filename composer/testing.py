@@ -121,7 +121,7 @@ def check_convex(plan: Plan, lowered: Any) -> None:
 def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str, Any]):
     """The program ``composer.plan`` lowers to stand-ins (it returns only the plan)."""
     from composer.lower.export import export_model
-    from composer.lower.stack import lower_stack
+    from composer.lower.priority import lower_in_order
     from composer.registry.resolved import resolve_stack
     from composer.registry.stack import Stack
 
@@ -130,7 +130,7 @@ def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str,
     settings.pop("cache", None)
     resolved = resolve_stack(Stack.of(backends, **settings), registry, must_lower_here=False)
     program = export_model(model, example_inputs)
-    edge, _plan = lower_stack(program, resolved.planned())
+    edge, _plan = lower_in_order(program, resolved.planned())
     return edge
 
 

@@ -10,8 +10,8 @@ from composer.contract.errors import PartitionError
 from composer.models import zoo
 from composer.registry.discovery import default_registry
 from composer.scheduler.assign import assign, warn_about_pins_naming_no_op
-from composer.scheduler.partitioner import ComposerPartitioner, StackLowering
-from composer.scheduler.schedule import StackSchedule
+from composer.scheduler.partitioner import ComposerPartitioner, SharedLowering
+from composer.scheduler.schedule import PrioritySchedule
 
 DEVICES = {"gpu": "cuda", "cpu": "cpu"}
 CHAIN = {"a": "aten.mm.default", "b": "aten.cumsum.default", "c": "aten.mm.default"}
@@ -70,8 +70,8 @@ def test_a_real_op_the_model_does_not_use_is_no_warning(recwarn):
 def test_the_schedule_refuses_a_first_call_that_is_not_the_first_backend():
     registry = default_registry()
     backends = registry.resolve(["xnnpack", "tensorrt_stub"])
-    schedule = StackSchedule({}, consolidate=True)
-    lowering = StackLowering(schedule=schedule)
+    schedule = PrioritySchedule({}, consolidate=True)
+    lowering = SharedLowering(schedule=schedule)
     first, second = (ComposerPartitioner(b, registry, lowering=lowering) for b in backends)
     lowering.seat([first, second])
     model, inputs = zoo.load("mlp")
@@ -83,7 +83,7 @@ def test_the_schedule_refuses_a_first_call_that_is_not_the_first_backend():
 def test_a_shared_lowering_seats_its_partitioners_once_and_only_then_lists_them():
     registry = default_registry()
     (backend,) = registry.resolve(["tensorrt_stub"])
-    lowering = StackLowering()
+    lowering = SharedLowering()
     partitioner = ComposerPartitioner(backend, registry, lowering=lowering)
     with pytest.raises(RuntimeError, match="read before they were seated"):
         _ = lowering.partitioners

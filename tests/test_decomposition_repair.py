@@ -15,7 +15,7 @@ from torch.export import Dim
 
 import composer
 from composer.contract.errors import ComposerError
-from composer.lower import stack as lower_stack_module
+from composer.lower import priority as lower_in_order_module
 
 
 def _bf16_encoder() -> torch.export.ExportedProgram:
@@ -41,7 +41,7 @@ def test_sdpa_kept_for_cuda_after_xnnpack_is_decomposed_when_executorch_cannot_t
 
 def test_a_decomposition_failure_no_decomposition_fixes_names_what_was_tried(monkeypatch):
     # With no tries allowed, the first failure is the refusal: ExecuTorch named, the dims said.
-    monkeypatch.setattr(lower_stack_module, "MAX_DECOMPOSITION_TRIES", 0)
+    monkeypatch.setattr(lower_in_order_module, "MAX_DECOMPOSITION_TRIES", 0)
     with pytest.raises(ComposerError) as raised:
         composer.plan(_bf16_encoder(), "xnnpack,cuda", cache=False)
     message = str(raised.value)

@@ -20,8 +20,8 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import Dim
 
 import composer
+from composer.lower.priority import _lowering_error
 from composer.lower.size_reads import sizes_per_reader
-from composer.lower.stack import _lowering_error
 from composer.run.runtime import LoadedProgram
 
 

@@ -84,7 +84,7 @@ def test_an_op_kept_whole_that_the_target_runtime_has_no_kernel_for_is_decompose
     20, so for it the linear is decomposed into ops it has."""
     from executorch.extension.pybindings import portable_lib
 
-    import composer.lower.stack
+    import composer.lower.priority
 
     stack = composer.Stack(["xnnpack"], never={"xnnpack": ["aten.linear.default"]})
     inputs = (torch.randn(1, 3, 8, 8),)
@@ -92,7 +92,7 @@ def test_an_op_kept_whole_that_the_target_runtime_has_no_kernel_for_is_decompose
     assert kept.plan.ops_on("portable")["aten.linear.default"] == 1
 
     without_linear = frozenset(portable_lib._get_operator_names()) - {"aten::linear.out"}
-    monkeypatch.setattr(composer.lower.stack, "target_kernels", lambda: without_linear)
+    monkeypatch.setattr(composer.lower.priority, "target_kernels", lambda: without_linear)
     said: list[str] = []
     composition = composer.compose(ConvPoolLinear().eval(), stack, inputs, cache=False,
                                    progress=said.append)  # fmt: skip

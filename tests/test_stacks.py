@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import composer
-from composer.lower.stack import lower_stack
+from composer.lower.priority import lower_in_order
 from composer.models import zoo
 from composer.registry.discovery import default_registry
 from composer.registry.resolved import resolve_stack
@@ -176,11 +176,11 @@ def test_a_native_partitioner_runs_once_per_program_it_is_asked_about(
 
 
 def lowered_plan(model_name, stack: Stack):
-    """The plan of ``lower_stack`` itself, every backend a stand-in: no cache, no placement."""
+    """The plan of ``lower_in_order`` itself, every backend a stand-in: no cache, no placement."""
     model, inputs = zoo.load(model_name)
     program = torch.export.export(model, inputs, strict=False)
     resolved = resolve_stack(stack, default_registry(), must_lower_here=False)
-    return lower_stack(program, resolved.planned())[1]
+    return lower_in_order(program, resolved.planned())[1]
 
 
 def test_plan_edges_include_those_inside_a_delegate():

@@ -243,7 +243,7 @@ def _executorch_xnnpack_then_aoti(blocks: int, queue) -> None:
 
 def xnnpack_then_cuda(blocks_list: list[int], cap: float) -> list[dict]:
     """Deep models with XNNPACK first and the CUDA partitioner second (CUDA as a stand-in)."""
-    from composer.lower.stack import lower_stack
+    from composer.lower.priority import lower_in_order
     from composer.registry.resolved import resolve_stack
     from composer.registry.stack import Stack
 
@@ -253,7 +253,7 @@ def xnnpack_then_cuda(blocks_list: list[int], cap: float) -> list[dict]:
     for blocks in blocks_list:
         program = _llama_stack(blocks)
         start = time.perf_counter()
-        _edge, plan = lower_stack(program, resolved)
+        _edge, plan = lower_in_order(program, resolved)
         seconds = time.perf_counter() - start
         context = multiprocessing.get_context("fork")
         queue = context.Queue()

@@ -29,7 +29,7 @@ import warnings
 STAGES = (
     ("composer.lower.partition_cache", "_preprocess_serially", "backends' preprocess"),
     (
-        "composer.lower.stack",
+        "composer.lower.priority",
         "to_edge_transform_and_lower",
         "to_edge_transform_and_lower less preprocess",
     ),

@@ -81,7 +81,7 @@ def lower_program(
     again: Callable[[], ExportedProgram] | None = None,
 ) -> Lowered:
     """Lower ``program`` with the resolved stack, reusing lowered partitions from ``folder``
-    (``None``: no cache), ``jobs`` processes lowering them; ``again`` as for ``lower_stack``."""
+    (``None``: no cache), ``jobs`` processes lowering them; ``again`` as for ``lower_in_order``."""
     edge, result, repeatable = lower_edge(program, resolved, progress, folder, jobs, again)
     # Built before to_executorch, which rewrites the edge program in place (buffer copies).
     reference = edge.exported_program().module()
@@ -166,14 +166,14 @@ def lower_edge(
     partition came from the cache or went into it (lowering again gives the same bytes)."""
     # executorch.exir takes seconds to import, and a program from the cache needs none of it.
     from composer.lower.partition_cache import reusing
-    from composer.lower.stack import lower_stack
+    from composer.lower.priority import lower_in_order
 
     lowering = {b.spec.backend_id: b for b in resolved.backends if b.name not in resolved.stand_ins}
     store = None if folder is None else Store(folder, "partition")
     # A compiler's report (Vela prints its network summary) is a log: on stdout it would run
     # into what composer writes there, `composer lower`'s table or `plan --json`.
     with reusing(lowering, store, progress, jobs) as reuse, contextlib.redirect_stdout(sys.stderr):
-        edge, result = lower_stack(program, resolved, progress, again)
+        edge, result = lower_in_order(program, resolved, progress, again)
     return (
         edge,
         with_backend_facts(result, resolved.backends),

@@ -27,14 +27,14 @@ from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
 from composer.scheduler.kept_whole import KeptWholeButLeft
 from composer.scheduler.origins import origin_name
-from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord, StackLowering
+from composer.scheduler.partitioner import ComposerPartitioner, PartitionRecord, SharedLowering
 from composer.scheduler.plans import Plan, describe_dynamic_dims
 from composer.scheduler.preserved import unsaid_preservation_warnings
 from composer.scheduler.quantized import output_tolerance
-from composer.scheduler.schedule import StackSchedule
+from composer.scheduler.schedule import PrioritySchedule
 
 
-def lower_stack(
+def lower_in_order(
     program: ExportedProgram,
     resolved: ResolvedStack,
     progress: Callable[[str], None] | None = None,
@@ -97,8 +97,8 @@ def _lower_once(
     backends, registry, stack = list(resolved.backends), resolved.registry, resolved.stack
     stand_ins = resolved.stand_ins
     records: list[PartitionRecord] = []
-    lowering = StackLowering(
-        schedule=StackSchedule(stack.never, stack.consolidates, gone),
+    lowering = SharedLowering(
+        schedule=PrioritySchedule(stack.never, stack.consolidates, gone),
         decomposed=decomposed,
         keep_whole=stack.keep_whole,
         kernels=None if stand_ins >= {b.name for b in backends} else target_kernels(),

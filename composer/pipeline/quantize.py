@@ -144,7 +144,7 @@ def quantize(
     stack.
     """
     # Imported here: it imports executorch.exir, seconds that a cache hit elsewhere never pays.
-    from composer.lower.stack import lower_stack
+    from composer.lower.priority import lower_in_order
 
     # Quantizing plans the stack, which runs anywhere: every backend lowers to the stand-in.
     resolved = resolve_stack(Stack.of(stack, **settings), registry, must_lower_here=False)
@@ -167,7 +167,7 @@ def quantize(
         raise ComposerError("the model is already quantized: compose it as it is.")
 
     def planned_for(candidate: ExportedProgram) -> dict[str, str]:
-        edge, plan = lower_stack(fresh_program(candidate, None), resolved.planned())
+        edge, plan = lower_in_order(fresh_program(candidate, None), resolved.planned())
         return origin_backends(edge.exported_program().graph_module, plan.node_backends)
 
     planned = planned_for(program)

@@ -133,11 +133,11 @@ def plan_resolved(
         stored = cached.by_program(exported.program())
     if stored is None:
         # executorch.exir takes seconds to import, and a plan from the cache needs none of it.
-        from composer.lower.stack import lower_stack
+        from composer.lower.priority import lower_in_order
 
         with composer_warnings() as said:
             # Plan mode compiles nothing: every backend lowers to the stand-in.
-            _edge, result = lower_stack(exported.to_lower(), resolved.planned(), progress)
+            _edge, result = lower_in_order(exported.to_lower(), resolved.planned(), progress)
         result = with_backend_facts(result, resolved.backends)
         if cached:
             cached.save({"plan": result, "warnings": said})

@@ -31,7 +31,7 @@ class KeptWholeButLeft(PartitionError):
         )
         super().__init__(
             f"no backend takes {listed}; lower again with them decomposed "
-            "(StackLowering.decomposed, as composer.compose does)."
+            "(SharedLowering.decomposed, as composer.compose does)."
         )
 
 

@@ -65,7 +65,7 @@ class Schedule(Protocol):
 
 
 @attrs.define(eq=False, on_setattr=attrs.setters.frozen)
-class StackLowering:
+class SharedLowering:
     """What the partitioners of one lowering share, given to each when it is made.
 
     Made in two steps, because each partitioner reads the others through it: made with the
@@ -142,7 +142,7 @@ class ComposerPartitioner(Partitioner):
         options: Mapping[str, str] | None = None,
         min_partition_size: int | None = None,
         progress: Callable[[str], None] | None = None,
-        lowering: StackLowering | None = None,
+        lowering: SharedLowering | None = None,
         check_backend_class: bool | None = None,
     ) -> None:
         self.backend = backend
@@ -153,7 +153,7 @@ class ComposerPartitioner(Partitioner):
         self.options = dict(options or {})
         self.min_partition_size = min_partition_size or backend.spec.min_partition_size
         self.progress = progress
-        self.lowering = lowering if lowering is not None else StackLowering()
+        self.lowering = lowering if lowering is not None else SharedLowering()
         self._native: Partitioner | None = None
         self._native_asked = False
         self.entered = False  # partition() has been called: its backend is being lowered
@@ -215,17 +215,17 @@ class ComposerPartitioner(Partitioner):
         # ... except where a backend ahead of the first that asked takes the pieces and not
         # the whole (composer.scheduler.pieces): the priority order gives it the node.
         listed_with = list(self.listed_with())
-        stack = listed_with if any(p is self for p in listed_with) else [self, *listed_with]
+        together = listed_with if any(p is self for p in listed_with) else [self, *listed_with]
         answers = [
             p._own_ops_to_not_decompose(ep, record)
             if isinstance(p, ComposerPartitioner)
             else p.ops_to_not_decompose(ep)
-            for p in stack
+            for p in together
         ]
         ops = list(dict.fromkeys(op for listed, _ in answers for op in listed))
         asked = [
             (p, frozenset(listed), op_filter)
-            for p, (listed, op_filter) in zip(stack, answers, strict=True)
+            for p, (listed, op_filter) in zip(together, answers, strict=True)
         ]
         probing = {
             op
@@ -453,8 +453,8 @@ class ComposerPartitioner(Partitioner):
         listed = self._seated_with()
         if self is not listed[-1]:
             return {}
-        stack = [p for p in listed if isinstance(p, ComposerPartitioner)]
-        keepers = [(p.backend.name, p.kept_whole_ops, p.declined) for p in stack]
+        composers = [p for p in listed if isinstance(p, ComposerPartitioner)]
+        keepers = [(p.backend.name, p.kept_whole_ops, p.declined) for p in composers]
         # ExecuTorch's check after lowering asks every partitioner again, of the lowered edge
         # program; asked so, a plugin that lists the ATen ops it finds (the AOTInductor ones)
         # lists only nodes made after the edge dialect: not an answer to keep for the reasons.

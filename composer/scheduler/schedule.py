@@ -1,5 +1,5 @@
 """The stack's assignment, decided once for every backend before any of them tags a node
-(``StackSchedule``), and the data edges between the ops it is decided on.
+(``PrioritySchedule``), and the data edges between the ops it is decided on.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from composer.scheduler.partitioner import ComposerPartitioner
 from composer.scheduler.support import Support
 
 
-class StackSchedule:
+class PrioritySchedule:
     """The stack's assignment, decided once for every backend before any of them tags a node.
 
     ExecuTorch builds the edge program inside ``to_edge_transform_and_lower`` and shows it to
