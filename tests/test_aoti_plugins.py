@@ -515,3 +515,28 @@ def test_cuda_declares_safer_for_the_ops_executorch_hands_to_triton():
 
     replaced = {str(overload_of(op)) for op in EDGE_TO_TRITON_KERNELS}
     assert set(TRITON_REPLACED) == replaced
+
+
+class _DilatedThenDepthwise(nn.Module):
+    """A TCN's pieces: plain, dilated and depthwise 1-D convolutions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plain = nn.Conv1d(8, 16, 3, padding=1)
+        self.dilated = nn.Conv1d(16, 16, 3, dilation=2, padding=2)
+        self.depthwise = nn.Conv1d(16, 16, 5, groups=16, padding=2)
+
+    def forward(self, x):
+        return self.depthwise(torch.relu(self.dilated(torch.relu(self.plain(x)))))
+
+
+def test_only_a_dilated_convolution_leaves_cuda():
+    """Inductor's Triton conv templates take no dilation, and CudaBackend allows no other
+    choice: a bf16 TCN failed to lower on the H100 ("NoValidChoicesError"), and the repair
+    moved the whole partition, every convolution, to portable kernels. Declined up front,
+    only the dilated one leaves; a depthwise one compiled there (groups are in the template)."""
+    model, inputs = _DilatedThenDepthwise().eval(), (torch.randn(1, 8, 20),)
+    plan = composer.plan(model, ["cuda"], inputs, cache=False)
+    reasons = {f.node: dict(f.reasons)["cuda"] for f in plan.fallbacks}
+    assert list(reasons.values()) == ["AOTInductor's Triton convolution templates take no dilation"]
+    assert plan.ops_on("cuda")["aten.conv1d.default"] == 2

@@ -9,7 +9,12 @@ Cases (``--cases``, comma-separated):
   ("Cannot view a tensor with shape [s, 1, 8, 32] ... as (s, 256)");
 - ``conv1d_cuda``: a bf16 network of 1-D convolutions with a dynamic length, ``cuda``
   (Inductor's max-autotune: NoValidChoicesError);
-- ``derived_cuda``: a bf16 model whose frame count is ``4 * Dim(...)``, ``cuda`` (issue 59).
+- ``derived_cuda``: a bf16 model whose frame count is ``4 * Dim(...)``, ``cuda`` (issue 59);
+- ``tcn_cuda``: bf16 dilated and depthwise 1-D convolutions, dynamic length, ``cuda``
+  (Inductor's Triton convolution template takes neither dilation nor groups);
+- ``depthwise_cuda``: a bf16 MobileNet-like block (a depthwise 3x3), dynamic batch, ``cuda``;
+- ``deconv_cuda``: a bf16 decoder with a transposed 1-D convolution, dynamic length, ``cuda``
+  (declined by the cuda plugin: bf16 on portable kernels).
 
 One JSON object a line on stdout; stderr's line count says how quiet a compose was.
 
@@ -70,6 +75,48 @@ class Frames(nn.Module):
         return self.head(torch.relu(self.second(torch.relu(self.first(x)))).transpose(1, 2))
 
 
+class Tcn(nn.Module):
+    def __init__(self, channels: int = 64) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv1d(80, channels, 3, padding=1), nn.GELU(),
+            nn.Conv1d(channels, channels, 3, dilation=2, padding=2), nn.GELU(),
+            nn.Conv1d(channels, channels, 3, dilation=4, padding=4), nn.GELU(),
+            nn.Conv1d(channels, channels, 5, groups=channels, padding=2), nn.GELU(),
+            nn.Conv1d(channels, 32, 1),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.convs(x)
+
+
+class Depthwise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU6(),
+            nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.ReLU6(),
+            nn.Conv2d(32, 64, 1), nn.ReLU6(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+class Deconv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Sequential(
+            nn.Conv1d(64, 64, 3, padding=1), nn.GELU(),
+            nn.ConvTranspose1d(64, 32, 4, stride=2, padding=1), nn.GELU(),
+            nn.Conv1d(32, 16, 3, padding=1),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.up(x)
+
+
 def _case(name: str):
     torch.manual_seed(0)
     bf16 = torch.bfloat16
@@ -83,6 +130,15 @@ def _case(name: str):
         x = torch.randn(1, 16, 64, dtype=bf16)
         frames = 4 * Dim("n", min=2, max=64)
         return Frames().eval().to(bf16), (x,), ({2: frames},), "cuda"
+    if name == "tcn_cuda":
+        x = torch.randn(1, 80, 64, dtype=bf16)
+        return Tcn().eval().to(bf16), (x,), ({2: Dim("length", min=16, max=512)},), "cuda"
+    if name == "depthwise_cuda":
+        x = torch.randn(2, 3, 64, 64, dtype=bf16)
+        return Depthwise().eval().to(bf16), (x,), ({0: Dim("batch", min=1, max=8)},), "cuda"
+    if name == "deconv_cuda":
+        x = torch.randn(1, 64, 50, dtype=bf16)
+        return Deconv().eval().to(bf16), (x,), ({2: Dim("length", min=8, max=400)},), "cuda"
     raise SystemExit(f"unknown case {name}")
 
 

@@ -308,6 +308,10 @@ class AotiPlugin(BackendPlugin):
         # one that takes its pieces still gets them (composer.scheduler.pieces).
         support = AotiOperatorSupport(self, self.checked_options(options))
         own = self.own_decompositions()
+        # An op of the backend's own decompositions stays whole if it takes any of its
+        # nodes: decomposed, it could take none of them (a dilated conv1d beside plain ones
+        # sent every convolution of a TCN to portable kernels). A node of it that it leaves
+        # is decomposed alone (composer.scheduler.kept_whole).
         keep: dict[torch._ops.OpOverload, bool] = {}
         for node in program.graph.nodes:
             if (
@@ -315,10 +319,12 @@ class AotiPlugin(BackendPlugin):
                 and isinstance(node.target, torch._ops.OpOverload)
                 and _computes_tensors(node)
             ):
-                ok = support.reason_unsupported(node) is None and (
-                    node.target in own or not is_core_alias(node)
-                )
-                keep[node.target] = keep.get(node.target, True) and ok
+                takes = support.reason_unsupported(node) is None
+                if node.target in own:
+                    keep[node.target] = keep.get(node.target, False) or takes
+                else:
+                    keep[node.target] = keep.get(node.target, True) and takes
+                    keep[node.target] &= not is_core_alias(node)
         return [op for op, ok in keep.items() if ok]
 
     def composer_compile_specs(self, backend, method_name, options):

@@ -211,6 +211,11 @@ class CudaPlugin(AotiPlugin):
             # Inductor has no Triton template for them, and CudaBackend allows Triton conv
             # templates only: "NoValidChoicesError: No choices to select" (zoo unet, H100).
             return "AOTInductor has no Triton template for a transposed convolution"
+        if _is_dilated_convolution(op, node) and self.uses_triton_templates(options):
+            # The same error (a bf16 TCN, H100): Inductor offers its Triton conv templates
+            # only for a dilation of 1, so a dilated convolution left the whole partition to
+            # portable kernels; declined, only it does.
+            return "AOTInductor's Triton convolution templates take no dilation"
         if _is_1d_convolution(op, node) and self.uses_triton_templates(options):
             # The same error for a 1-D one (optimum's Whisper encoder, H200). CudaBackend
             # rewrites aten.conv1d as a 2-D convolution of height 1 before compiling; composer
@@ -228,6 +233,22 @@ def _is_1d_convolution(op, node) -> bool:
         return False
     value = getattr(node.args[0], "meta", {}).get("val")
     return isinstance(value, torch.Tensor) and value.dim() == 3
+
+
+_DILATION_ARG = {  # where each convolution overload holds its dilation
+    torch.ops.aten.convolution.default: 5,
+    torch.ops.aten.conv1d.default: 5,
+    torch.ops.aten.conv2d.default: 5,
+    torch.ops.aten.conv3d.default: 5,
+}
+
+
+def _is_dilated_convolution(op, node) -> bool:
+    at = _DILATION_ARG.get(op)
+    if at is None:
+        return False
+    dilation = node.args[at] if len(node.args) > at else node.kwargs.get("dilation", 1)
+    return any(d != 1 for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation]))
 
 
 def _is_transposed_convolution(op, node) -> bool:
