@@ -91,135 +91,209 @@ def measure(
     ``runner``: the C++ runtime ``$COMPOSER_ET_RUNNER`` names, where the programs deploy: every
     candidate is timed there (composer.measure.runner_timing), whole; no per-region search and
     no per-partition traces, which time the programs elsewhere."""
-    # These import torch, which the paths that only read a plan skip.
-
     cached = read_cache(cache_dir, key)
     if cached is not None:
         cached = attrs.evolve(cached, threads_set=threads_set)
         if progress is not None:
             progress(f"placement: measurements from the cache ({cached.chosen.label})")
         return cached, {}
-    started = time.perf_counter()
+    budget = _Budget(budget_s)
+    programs = _Programs(compose_candidate, inputs, runs, hosted, runner, progress)
+    listed = _compose_whole_programs(programs, backends, budget)
+    searched: RegionSearch | None = None
+    if plan_candidate is not None and len(backends) > 1:
+        mixed, searched = _search_regions(programs, plan_candidate, backends, budget)
+        if mixed is not None:
+            listed.append(mixed)
+            programs.add(mixed)
+    if not programs.composed and programs.failures:
+        raise programs.failures[0]
+    chosen, measurements = _time_and_choose(programs, listed)
+    partitions, traced = partition_times(
+        chosen, programs.composed, _traces(programs, chosen, budget)
+    )
+    choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced,
+                    regions=searched, never={b: list(p) for b, p in (never or {}).items()},
+                    threads=cpu_threads.current(), threads_set=threads_set)  # fmt: skip
+    write_cache(cache_dir, key, choice)
+    return choice, programs.composed
 
-    def over_budget() -> bool:
-        return budget_s is not None and time.perf_counter() - started > budget_s
 
-    composed: dict[Candidate, Any] = {}
-    notes: dict[Candidate, str] = {}
-    same: dict[Candidate, str] = {}  # candidate -> digest of its program
-    loaded = {}
-    call_s: dict[str, float] = {}  # digest -> one warm call, which sets how often it is run
-    failures: list[ComposerError] = []
+@attrs.define
+class _Budget:
+    """The tune budget's clock, started on a cache miss, before the first candidate composes."""
 
-    def compose_and_load(candidate: Candidate) -> None:
-        if progress is not None:
-            progress(f"placement: composing {candidate.label}")
+    seconds: float | None
+    started: float = attrs.field(factory=time.perf_counter)
+
+    def spent(self) -> bool:
+        return self.seconds is not None and time.perf_counter() - self.started > self.seconds
+
+
+@attrs.define
+class _Programs:
+    """The candidates composed so far and the distinct programs they lowered to, each loaded
+    where it is timed (``runner``'s C++ runtime, else here); a candidate that failed to
+    compose or to run has a note instead."""
+
+    compose_candidate: Callable[[Candidate], Any]
+    inputs: Sequence[Any]
+    runs: int
+    hosted: bool
+    runner: str | None
+    progress: Callable[[str], None] | None
+    composed: dict[Candidate, Any] = attrs.field(factory=dict)
+    notes: dict[Candidate, str] = attrs.field(factory=dict)
+    same: dict[Candidate, str] = attrs.field(factory=dict)  # candidate -> digest of its program
+    loaded: dict[str, Any] = attrs.field(factory=dict)  # digest -> its program, loaded
+    # digest -> one warm call, which sets how often it is run
+    call_s: dict[str, float] = attrs.field(factory=dict)
+    failures: list[ComposerError] = attrs.field(factory=list)
+
+    def say(self, line: str) -> None:
+        if self.progress is not None:
+            self.progress(line)
+
+    def add(self, candidate: Candidate) -> None:
+        """Compose ``candidate`` and load its program, unless another candidate lowered to the
+        same bytes: those are one program, timed once, so that noise cannot rank a program
+        against itself."""
+        self.say(f"placement: composing {candidate.label}")
         try:
-            composition = compose_candidate(candidate)
+            composition = self.compose_candidate(candidate)
         except ComposerError as error:
             # One order or backend failing to lower (OpenVINO alone keeps a bilinear upsample
             # whole that it cannot take) leaves the others to choose from.
-            failures.append(error)
-            notes[candidate] = f"not composed: {first_line(error)}"
+            self.failures.append(error)
+            self.notes[candidate] = f"not composed: {first_line(error)}"
             return
-        composed[candidate] = composition
+        self.composed[candidate] = composition
         if composition.plan.repairs:  # measured as repaired, which the label alone hides
-            notes[candidate] = "; ".join(
+            self.notes[candidate] = "; ".join(
                 f"moved: {describe_repair(r)}" for r in composition.plan.repairs
             )
-        # Candidates that lower to the same bytes are one program: timed once, so that noise
-        # cannot rank a program against itself.
         digest = hashlib.sha256(composition.buffer).hexdigest()
-        if digest not in loaded:
+        if digest not in self.loaded:
             try:
-                if runner is not None:
-                    program = RunnerProgram(runner, composition.buffer, composition.data_files)
-                else:
-                    program = program_runner(composition, hosted)
-                program.run(inputs)  # checks the inputs once, outside the timing
-                if runner is None:  # a runner's call is a process of its own
-                    call_s[digest] = call_seconds(functools.partial(program.run, inputs))
+                self.loaded[digest] = self._load(composition, digest)
             except ComposerError as error:
-                notes[candidate] = f"not timed: {first_line(error)}"
+                self.notes[candidate] = f"not timed: {first_line(error)}"
                 return
-            loaded[digest] = program
-        same[candidate] = digest
+        self.same[candidate] = digest
 
+    def _load(self, composition, digest: str):
+        if self.runner is not None:
+            program = RunnerProgram(self.runner, composition.buffer, composition.data_files)
+        else:
+            program = program_runner(composition, self.hosted)
+        program.run(self.inputs)  # checks the inputs once, outside the timing
+        if self.runner is None:  # a runner's call is a process of its own
+            self.call_s[digest] = call_seconds(functools.partial(program.run, self.inputs))
+        return program
+
+    def runs_of(self, digest: str, count: int) -> int:
+        """``count`` calls, or fewer where the program's calls are slow (``runs_within``)."""
+        return runs_within(self.call_s[digest], count) if digest in self.call_s else count
+
+    def together(self, digests: Sequence[str]) -> dict[str, Latency]:
+        """The programs of ``digests`` timed taking turns, where they deploy."""
+        if self.runner is not None:
+            return runner_interleaved({d: self.loaded[d] for d in digests}, self.inputs, self.runs)
+        calls = {d: self.loaded[d].timed_call(self.inputs) for d in digests}
+        return interleaved(calls, {d: self.runs_of(d, self.runs) for d in digests})
+
+    def trace(self, candidate: Candidate, digest: str):
+        """``candidate``'s program traced (ETDump; hosted, each call timed) for its
+        per-partition times."""
+        count = self.runs_of(digest, TRACE_RUNS)
+        how = hosted_trace.HostedTrace.timer if self.hosted else ProgramTrace.timer
+        self.say(f"placement: tracing {candidate.label}, {count} runs ({how})")
+        if self.hosted:
+            together = hosted_trace.trace_together(
+                {digest: self.loaded[digest]}, self.inputs, count
+            )
+            return together[digest]
+        return trace(self.composed[candidate].buffer, self.inputs, count)
+
+
+def _compose_whole_programs(
+    programs: _Programs, backends: Sequence[str], budget: _Budget
+) -> list[Candidate]:
+    """Compose the whole-program candidates, the declared order and each backend alone first
+    and whatever the budget (a budget spent on the others must not leave them out); returns
+    them all, those the budget left out with a note."""
     listed = candidates(backends)
     for candidate in sorted(listed, key=lambda c: not always_composed(c, backends)):
-        if not always_composed(candidate, backends) and over_budget():
-            notes[candidate] = f"not measured: over the tune budget of {budget_s:g} s"
+        if not always_composed(candidate, backends) and budget.spent():
+            programs.notes[candidate] = (
+                f"not measured: over the tune budget of {budget.seconds:g} s"
+            )
             continue
-        compose_and_load(candidate)
-    searched: RegionSearch | None = None
-    if plan_candidate is not None and len(backends) > 1:
-        if runner is not None:
-            whole = f"not searched: candidates are timed whole in {runner}"
-            searched = RegionSearch([whole + ", where per-region timing has no counterpart"])
-        elif over_budget():
-            searched = RegionSearch([f"not searched: over the tune budget of {budget_s:g} s"])
-        else:
-            mixed, searched = region_search.search(
-                compose_candidate, plan_candidate, backends, inputs,
-                over_budget=over_budget, progress=progress, trace_runs=REGION_RUNS,
-                hosted=hosted,
-            )  # fmt: skip
-            if mixed is not None:
-                listed.append(mixed)
-                compose_and_load(mixed)
-    if not composed and failures:
-        raise failures[0]
+        programs.add(candidate)
+    return listed
 
-    def runs_of(digest: str, count: int) -> int:
-        return runs_within(call_s[digest], count) if digest in call_s else count
 
-    if progress is not None:
-        slow = fewer_runs((runs_of(d, runs) for d in loaded), runs)
-        progress(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each{slow}")
+def _search_regions(
+    programs: _Programs, plan_candidate, backends: Sequence[str], budget: _Budget
+) -> tuple[Candidate | None, RegionSearch]:
+    """The per-region candidate (``None``: none) and what its search found, or why there was
+    no search."""
+    if programs.runner is not None:
+        whole = f"not searched: candidates are timed whole in {programs.runner}"
+        return None, RegionSearch([whole + ", where per-region timing has no counterpart"])
+    if budget.spent():
+        return None, RegionSearch([f"not searched: over the tune budget of {budget.seconds:g} s"])
+    return region_search.search(
+        programs.compose_candidate, plan_candidate, backends, programs.inputs,
+        over_budget=budget.spent, progress=programs.progress, trace_runs=REGION_RUNS,
+        hosted=programs.hosted,
+    )  # fmt: skip
 
-    def together(digests: Sequence[str]) -> dict[str, Latency]:
-        if runner is not None:
-            return runner_interleaved({d: loaded[d] for d in digests}, inputs, runs)
-        calls = {d: loaded[d].timed_call(inputs) for d in digests}
-        return interleaved(calls, {d: runs_of(d, runs) for d in digests})
 
-    timed = together(list(loaded)) if loaded else {}
+def _time_and_choose(
+    programs: _Programs, listed: Sequence[Candidate]
+) -> tuple[Candidate, tuple[Measurement, ...]]:
+    """Every distinct program timed together, and the choice among ``listed``; a choice other
+    than the declared order is timed again (``_confirm``) before it stands."""
+    if programs.progress is not None:
+        runs, loaded = programs.runs, programs.loaded
+        slow = fewer_runs((programs.runs_of(d, runs) for d in loaded), runs)
+        programs.say(f"placement: timing {len(loaded)} distinct program(s), {runs} runs each{slow}")
+    timed = programs.together(list(programs.loaded)) if programs.loaded else {}
     measurements = tuple(
         Measurement(
             candidate,
-            composed[candidate].plan.delegate_calls if candidate in composed else None,
-            timed.get(same.get(candidate)),
-            notes.get(candidate, ""),
+            programs.composed[candidate].plan.delegate_calls
+            if candidate in programs.composed
+            else None,
+            timed.get(programs.same.get(candidate)),
+            programs.notes.get(candidate, ""),
         )
         for candidate in listed
     )
     chosen = choose(measurements)
     if chosen != measurements[0].candidate:
-        measurements = _confirm(measurements, chosen, same, together, progress)
+        measurements = _confirm(
+            measurements, chosen, programs.same, programs.together, programs.progress
+        )
         chosen = choose_confirmed(measurements)
+    return chosen, measurements
+
+
+def _traces(programs: _Programs, chosen: Candidate, budget: _Budget) -> dict[Candidate, Any]:
+    """Each composed candidate's trace, for the plan's per-partition times: the chosen
+    program's always, the others' within the budget; none where a C++ runner times the
+    programs, whose traces would be of another runtime."""
     traces = {}
-    for candidate in [chosen, *(c for c in composed if c != chosen)]:
-        digest = same.get(candidate)
+    for candidate in [chosen, *(c for c in programs.composed if c != chosen)]:
+        digest = programs.same.get(candidate)
         if digest is None or digest in traces:
             continue
-        if (over_budget() and candidate != chosen) or runner is not None:
+        if (budget.spent() and candidate != chosen) or programs.runner is not None:
             continue
-        count = runs_of(digest, TRACE_RUNS)
-        if progress is not None:
-            how = hosted_trace.HostedTrace.timer if hosted else ProgramTrace.timer
-            progress(f"placement: tracing {candidate.label}, {count} runs ({how})")
-        if hosted:
-            together_traced = hosted_trace.trace_together({digest: loaded[digest]}, inputs, count)
-            traces[digest] = together_traced[digest]
-        else:
-            traces[digest] = trace(composed[candidate].buffer, inputs, count)
-    by_candidate = {c: traces[same[c]] for c in composed if traces.get(same.get(c)) is not None}
-    partitions, traced = partition_times(chosen, composed, by_candidate)
-    choice = Choice(chosen, measurements, cached=False, partitions=partitions, traced=traced,
-                    regions=searched, never={b: list(p) for b, p in (never or {}).items()},
-                    threads=cpu_threads.current(), threads_set=threads_set)  # fmt: skip
-    write_cache(cache_dir, key, choice)
-    return choice, composed
+        traces[digest] = programs.trace(candidate, digest)
+    same = programs.same
+    return {c: traces[same[c]] for c in programs.composed if traces.get(same.get(c)) is not None}
 
 
 def _confirm(measurements, chosen, same, together, progress):
