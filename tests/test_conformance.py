@@ -1,7 +1,8 @@
 """ExecuTorch's own backend test suite, run through composer beside the suite's plain flows.
 
 The default tier runs a slice (one case per operator family, XNNPACK and OpenVINO+XNNPACK, composer
-beside plain); ``-m conformance`` runs every operator case of the default stacks.
+beside plain) and one case of each of the suite's quantized flows beside composer's;
+``-m conformance`` runs every operator case of the default stacks.
 """
 
 from __future__ import annotations
@@ -99,6 +100,48 @@ def test_slice_writes_the_suites_reports(slice_run):
         # Counted as the suite counts plain's: the same ops delegated, none left out.
         assert composed["Delegated Ops"] == plain["Delegated Ops"]
         assert composed["Undelegated Ops"] == plain["Undelegated Ops"]
+
+
+# The suite's quantized flows, each beside composer's: composer_xnnpack_static_int8_per_channel
+# quantizes with composer.quantize (composer's XNNPACK quantizer is that flow's), the others with
+# the suite's own quantize stage; composer.compose lowers each.
+QUANTIZED = (
+    "xnnpack_static_int8_per_channel", "xnnpack_static_int8_per_tensor",
+    "xnnpack_dynamic_int8_per_channel", "openvino_int8",
+)  # fmt: skip
+
+
+def test_quantized_flows_composer_beside_plain(tmp_path):
+    from composer.conformance import flows
+
+    argv = ["conformance", *(a for name in QUANTIZED for a in ("--stack", name))]
+    argv += ["-k", "test_linear_unbatched", "--report-dir", str(tmp_path)]
+    completed = subprocess.run(
+        [sys.executable, "-m", "composer.cli", *argv],
+        check=False, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    text = completed.stdout + completed.stderr
+    assert completed.returncode == 0, text
+    cases = results.load(tmp_path / "report.json")
+    counts = {row.flow: row for row in results.flow_counts(cases)}
+    assert set(counts) == {p + name for name in QUANTIZED for p in ("", "composer_")}, text
+    for row in counts.values():
+        assert row.passed == 1 and row.passed_undelegated == 0, row
+    assert not command.lost_cases(cases), text
+    with open(tmp_path / "report.csv", newline="") as report:
+        rows = {r["Flow"]: r for r in csv.DictReader(report)}
+    for name in QUANTIZED:
+        plain, composed = rows[name], rows["composer_" + name]
+        # Quantized as plain's is: the same quantize/dequantize ops, delegated alike.
+        assert "quantized_decomposed::quantize_per_tensor" in composed["Delegated Ops"], composed
+        assert composed["Delegated Ops"] == plain["Delegated Ops"], (composed, plain)
+        assert composed["Undelegated Ops"] == plain["Undelegated Ops"], (composed, plain)
+    # Which quantizer each composer flow used: composer's own only where it is the suite's.
+    suite = flows.suite_own_flows()
+    for name in QUANTIZED:
+        stage = flows.composer_quantized_flow(suite[name]).quantize_stage_factory()
+        assert (type(stage).__name__ == "ComposerQuantize") == (name in flows.COMPOSER_QUANTIZES)
+    assert flows.suite_quantized_flow(("xnnpack",)) is None
 
 
 PITFALL_PLUGIN = textwrap.dedent(

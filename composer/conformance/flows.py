@@ -51,7 +51,8 @@ def check_stacks(stacks: Sequence[Sequence[str]]) -> None:
 
     registry = default_registry()
     for stack in stacks:
-        registry.resolve(list(stack))
+        quantized = suite_quantized_flow(stack)
+        registry.resolve([quantized.backend] if quantized is not None else list(stack))
 
 
 def stack_name(stack: Sequence[str]) -> str:
@@ -195,6 +196,67 @@ def composer_flow(stack: Sequence[str]) -> Any:
     )
 
 
+# --- quantized flows: the suite's, and composer's beside each --------------------------
+
+# The suite's quantized flows whose quantization composer's own quantizer for the backend (its
+# plugin's composer_quantizer hook) is: XNNPACK's static int8, weights per channel. composer's
+# flow quantizes these with composer.quantize; the others with the suite's own quantize stage.
+COMPOSER_QUANTIZES = frozenset({"xnnpack_static_int8_per_channel"})
+
+
+def suite_quantized_flow(stack: Sequence[str]) -> Any | None:
+    """The suite's quantized flow ``stack`` names (``("xnnpack_static_int8_per_channel",)``),
+    or ``None``: a stack of backends. Quantized flows are of one backend, as the suite's are."""
+    if len(stack) != 1 or "_" not in stack[0]:
+        return None  # no backend's name is a quantized flow's: skip importing the suite's flows
+    flow = suite_own_flows().get(stack[0])
+    return flow if flow is not None and flow.quantize else None
+
+
+def _composer_quantize_stage(stack: tuple[str, ...]) -> Any:
+    """The suite's quantize stage, done by ``composer.quantize(module, stack, inputs)``:
+    calibrated on the example inputs alone, as the suite's own stage is."""
+    from executorch.backends.test.harness.stages import Quantize
+
+    class ComposerQuantize(Quantize):
+        def __init__(self) -> None:
+            super().__init__(quantizer=None)
+
+        def run(self, artifact: Any, inputs: Any) -> None:
+            import composer
+            from composer.contract.errors import ComposerError
+
+            try:
+                program = composer.quantize(artifact, list(stack), tuple(inputs))
+            except ComposerError as error:
+                _note_refusal(stack, error)
+                raise
+            self.converted_graph = program.module()
+
+    return ComposerQuantize()
+
+
+def composer_quantized_flow(quantized: Any) -> Any:
+    """``composer_<name>`` beside the suite's quantized flow ``<name>``: quantized by
+    ``composer.quantize`` where composer's quantizer is the flow's (:data:`COMPOSER_QUANTIZES`),
+    else by the suite's own quantize stage; then lowered by ``composer.compose``."""
+    from executorch.backends.test.suite.flow import TestFlow
+
+    stack = (quantized.backend,)
+    own = quantized.name in COMPOSER_QUANTIZES
+    return TestFlow(
+        COMPOSER_PREFIX + quantized.name,
+        backend=COMPOSER_PREFIX + quantized.backend,
+        tester_factory=functools.partial(_composer_tester, stack),
+        quantize=True,
+        quantize_stage_factory=(
+            functools.partial(_composer_quantize_stage, stack)
+            if own
+            else quantized.quantize_stage_factory
+        ),
+    )
+
+
 # --- the suite's plain flow of a stack -------------------------------------------------
 
 
@@ -242,6 +304,12 @@ def conformance_flows(stacks: Sequence[Sequence[str]]) -> dict[str, Any]:
     suite_flows = suite_own_flows()
     flows: dict[str, Any] = {}
     for stack in stacks:
+        quantized = suite_quantized_flow(stack)
+        if quantized is not None:
+            flows[quantized.name] = quantized
+            composed = composer_quantized_flow(quantized)
+            flows[composed.name] = composed
+            continue
         plain = plain_flow(stack, suite_flows)
         if plain is not None:
             flows[plain.name] = plain
