@@ -49,91 +49,142 @@ def composed_and_proven(
     right is never returned: where repairs run out, the error says what is wrong and what was
     tried."""
     say = progress or (lambda line: None)
+    strict = stack.placement == "strict"
     failed: list[Culprit] = []
     current = stack
     started = time.perf_counter()
     first_compose: float | None = None
     for _round in range(MAX_REPAIRS + 1):
-        culprits: list[Culprit] = []
-        lowering_error = None
-        declared: dict[str, dict[str, str]] = {}  # backend -> the options it declares safer
-        try:
-            with own_pins_unremarked(bool(failed)):
-                composition = build(current)
-        except PreprocessFailed as error:
-            lowering_error = error
-            culprits = [
-                Culprit(
-                    error.backend,
-                    f"{error.backend} partition of {nodes[0]}",
-                    nodes,
-                    f"failed to lower: {raised}",
-                    {n: error.origins[n] for n in nodes if n in error.origins},
-                )
-                for nodes, raised in error.partitions
-            ]
-            declared = {error.backend: error.safer_options}
-        except ComposerError as error:
-            _raise_with_tried(error, failed)
-        else:
-            if not check:
-                return _finished(composition, failed, NOT_CHECKED)
-            try:
-                proof = prove(composition)
-            except ProgramFailed as error:
-                if not error.culprits or stack.placement == "strict":
-                    _raise_with_tried(error, failed)
-                culprits = list(error.culprits)
-                declared = _changing(composition.plan, culprits)
-            else:
-                return _finished(composition, failed, proof.describe())
-        safer = _safer_options(declared, culprits, current)
-        if safer and stack.placement != "strict":
+        attempt = _attempt(build, current, check=check, strict=strict, failed=failed)
+        if not isinstance(attempt, _Failed):
+            return attempt
+        culprits = attempt.culprits
+        if first_compose is None and attempt.lowering_error is None:
+            # the first round that built a program and proved it: what a compose costs
+            first_compose = time.perf_counter() - started
+        safer = _safer_options(attempt.declared, culprits, current)
+        if safer and not strict:
             # the smaller move first: the backend's safer options, its nodes stay (a CUDA
             # partition whose Triton SDPA refuses per-head masks lowers with Triton off)
             tried = [attrs.evolve(c, options=safer[c.backend]) for c in culprits
                      if c.backend in safer]  # fmt: skip
             failed.extend(tried)
-            for culprit in tried:
-                say(f"repair {_round + 1}: {culprit.describe()}; trying "
-                    f"{culprit.backend} with {_words(culprit.options)}")  # fmt: skip
+            _say_safer_options(say, _round + 1, tried)
             current = with_options(current, {c.backend: c.options for c in tried})
-            if first_compose is None and lowering_error is None:
-                first_compose = time.perf_counter() - started
             continue
-        if first_compose is None and lowering_error is None:
-            # the first round that built a program and proved it: what a compose costs
-            first_compose = time.perf_counter() - started
-        if stack.placement == "strict":  # a run-time failure under strict was raised above
-            raise PreprocessFailed(
-                f"{lowering_error}. placement='strict' moves nothing; drop it (or use "
-                "placement='priority') to hand these nodes to the next backend, or pin them off "
-                f"{culprits[0].backend} yourself.",
-                culprits[0].backend, lowering_error.nodes,
-            )  # fmt: skip
-        if _round == MAX_REPAIRS or all(
-            {node_pin(n) for n in c.nodes} <= current.never.get(c.backend, frozenset())
-            for c in culprits
-        ):
+        if strict:  # a run-time failure under strict was raised in _attempt
+            raise _strict_error(attempt.lowering_error, culprits)
+        if _round == MAX_REPAIRS or _all_moved_already(culprits, current):
             break
         spent = time.perf_counter() - started
         if first_compose is not None and spent > first_compose * (1 + stack.repair_time):
-            raise ComposerError(
-                f"{culprits[0].describe()}; repairs stopped after {spent:.0f} s, past "
-                f"repair_time={stack.repair_time:g} times the first compose and proof "
-                f"({first_compose:.0f} s). Tried: {'; '.join(c.describe() for c in failed)}. Nothing was written: "
-                "raise repair_time (--repair-time) to search longer, or pin the failing "
-                f"nodes off {culprits[0].backend} yourself."
-            )
+            raise _past_repair_time(stack, culprits, failed, spent, first_compose)
         failed.extend(culprits)
-        round_words = f"repair {_round + 1}: "
-        for index, culprit in enumerate(culprits, 1):
-            say(f"{round_words}moving {culprit.describe()}: its {len(culprit.nodes)} node(s) leave "
-                f"{culprit.backend}" + ("; composing again" if index == len(culprits) else ""))  # fmt: skip
+        _say_moving(say, _round + 1, culprits)
         current = pinned_off(current, [(c.backend, c.nodes) for c in culprits])
     _raise_with_tried(ComposerError(
         f"{culprits[0].describe()}, and moving it again changed nothing"
     ), failed)  # fmt: skip
+
+
+@attrs.frozen
+class _Failed:
+    """What one compose and proof found failing: the partitions to move, the safer options
+    their backends declare (backend -> options), and the lowering error (None where the
+    program was built and its proof failed)."""
+
+    culprits: list[Culprit]
+    declared: dict[str, dict[str, str]]
+    lowering_error: PreprocessFailed | None
+
+
+def _attempt(
+    build: Callable[[Stack], Composition],
+    stack: Stack,
+    *,
+    check: bool,
+    strict: bool,
+    failed: Sequence[Culprit],
+) -> Composition | _Failed:
+    """One round: ``build(stack)`` and its proof. The program where it is proven (or ``check``
+    is off), what failed where a repair may help, else the error (with the repairs ``failed``
+    so far) raised."""
+    try:
+        with own_pins_unremarked(bool(failed)):
+            composition = build(stack)
+    except PreprocessFailed as error:
+        return _Failed(_lowering_culprits(error), {error.backend: error.safer_options}, error)
+    except ComposerError as error:
+        _raise_with_tried(error, failed)
+    if not check:
+        return _finished(composition, failed, NOT_CHECKED)
+    try:
+        proof = prove(composition)
+    except ProgramFailed as error:
+        if not error.culprits or strict:
+            _raise_with_tried(error, failed)
+        culprits = list(error.culprits)
+        return _Failed(culprits, _changing(composition.plan, culprits), None)
+    return _finished(composition, failed, proof.describe())
+
+
+def _all_moved_already(culprits: Sequence[Culprit], stack: Stack) -> bool:
+    """Whether ``stack`` already pins every culprit's nodes off its backend: moving them again
+    would compose the same program."""
+    return all(
+        {node_pin(n) for n in c.nodes} <= stack.never.get(c.backend, frozenset()) for c in culprits
+    )
+
+
+def _lowering_culprits(error: PreprocessFailed) -> list[Culprit]:
+    """The partitions whose backend raised ``error`` while lowering them, one culprit each."""
+    return [
+        Culprit(
+            error.backend,
+            f"{error.backend} partition of {nodes[0]}",
+            nodes,
+            f"failed to lower: {raised}",
+            {n: error.origins[n] for n in nodes if n in error.origins},
+        )
+        for nodes, raised in error.partitions
+    ]
+
+
+def _strict_error(
+    lowering_error: PreprocessFailed, culprits: Sequence[Culprit]
+) -> PreprocessFailed:
+    return PreprocessFailed(
+        f"{lowering_error}. placement='strict' moves nothing; drop it (or use "
+        "placement='priority') to hand these nodes to the next backend, or pin them off "
+        f"{culprits[0].backend} yourself.",
+        culprits[0].backend, lowering_error.nodes,
+    )  # fmt: skip
+
+
+def _past_repair_time(
+    stack: Stack, culprits: Sequence[Culprit], failed: Sequence[Culprit], spent: float,
+    first_compose: float,
+) -> ComposerError:  # fmt: skip
+    return ComposerError(
+        f"{culprits[0].describe()}; repairs stopped after {spent:.0f} s, past "
+        f"repair_time={stack.repair_time:g} times the first compose and proof "
+        f"({first_compose:.0f} s). Tried: {'; '.join(c.describe() for c in failed)}. Nothing was written: "
+        "raise repair_time (--repair-time) to search longer, or pin the failing "
+        f"nodes off {culprits[0].backend} yourself."
+    )
+
+
+def _say_safer_options(say: Callable[[str], None], repair: int, tried: Sequence[Culprit]) -> None:
+    for culprit in tried:
+        say(f"repair {repair}: {culprit.describe()}; trying "
+            f"{culprit.backend} with {_words(culprit.options)}")  # fmt: skip
+
+
+def _say_moving(say: Callable[[str], None], repair: int, culprits: Sequence[Culprit]) -> None:
+    round_words = f"repair {repair}: "
+    for index, culprit in enumerate(culprits, 1):
+        say(f"{round_words}moving {culprit.describe()}: its {len(culprit.nodes)} node(s) leave "
+            f"{culprit.backend}" + ("; composing again" if index == len(culprits) else ""))  # fmt: skip
 
 
 def _raise_with_tried(error: ComposerError, failed: Sequence[Culprit]) -> NoReturn:
