@@ -125,9 +125,25 @@ def _lower(args: argparse.Namespace) -> int:
         print(f"verify: {result}")
         if not result.ok:
             return 1
+    if args.beside_plain:
+        print(_beside_plain(composition, model, inputs, stack))
     if args.bench:
         _print_stack_latencies(composition, model, inputs, stack, args.bench)
     return 0
+
+
+def _beside_plain(composition, model, inputs, stack) -> str:
+    import torch
+
+    from composer.pipeline.plain import beside_plain
+    from composer.registry.resolved import resolve_stack
+
+    program = model
+    if not isinstance(model, torch.export.ExportedProgram):
+        program = torch.export.export(model.eval(), tuple(inputs))
+    return beside_plain(
+        composition, program, resolve_stack(stack, must_lower_here=False)
+    ).describe()
 
 
 def _input_files(args: argparse.Namespace) -> list[Path]:
@@ -630,6 +646,12 @@ def _add_lower_command(commands) -> None:
         "partition that fails is moved to the next backend)",
     )  # fmt: skip
     lower.add_argument("--quiet", action="store_true", help="no progress lines")
+    lower.add_argument(
+        "--beside-plain", action="store_true",
+        help="also lower it as plain ExecuTorch does (the backends' own partitioners in one "
+        "to_edge_transform_and_lower) and run that program at the sizes composer's was proven "
+        "at: does composer's differ?",
+    )  # fmt: skip
     lower.add_argument(
         "--method", dest="methods", action="append", default=[], metavar="NAME=MODEL",
         help="another method of the program, e.g. decode=zoo:mlp (repeatable); MODEL is the "
