@@ -32,20 +32,22 @@ composer.measure.placement composes the choice and times it against the whole-pr
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from composer.contract.errors import ComposerError, first_line
 from composer.measure import etdump, hosted_trace
 from composer.measure.candidates import Candidate
 from composer.measure.latency import call_seconds, fewer_runs, runs_within
 from composer.measure.region_choice import proposal
-from composer.measure.region_costs import costs, on_backends
+from composer.measure.region_costs import Costs, costs, on_backends
 from composer.measure.region_layouts import layouts, pins
 from composer.measure.regions import HOSTED_MAX_REGIONS, MAX_REGIONS, cut, survey, topological_order
 from composer.measure.units import unit_steps
 from composer.run.aoti_host import program_runner
-from composer.scheduler.measured_placement import RegionSearch
+from composer.scheduler.measured_placement import Region, RegionSearch
 
 
 def search(
@@ -66,120 +68,184 @@ def search(
     layouts run as the whole-program candidates do with CUDA in the stack on a GPU
     (``composer.run.aoti_host``), each call timed there (``composer.measure.hosted_trace``), not in the
     runtime under ETDump."""
-
     say = progress or (lambda line: None)
-    backends = list(backends)
-    notes: list[str] = []
-    found: dict[str, Any] = {}  # the RegionSearch's fields, as far as the search goes
-
-    def searched() -> RegionSearch:
-        return RegionSearch(notes=notes, **found)
-
-    say(f"placement: regions: what each backend takes ({len(backends)} plans, each backend first)")
+    searching = _Search(
+        compose_candidate, plan_candidate, list(backends), inputs, over_budget, say, trace_runs,
+        hosted,
+    )  # fmt: skip
     try:
-        first = {
-            backend: plan_candidate(
-                Candidate((*backends[i:], *backends[:i]), "strict", keep_whole="any")
-            )
-            for i, backend in enumerate(backends)
-        }
-    except ComposerError as error:
-        notes.append(f"not searched: a plan failed: {first_line(error)}")
-        return None, searched()
-    support = survey(first)
-    if support is None:
-        notes.append("not searched: the orders of the stack decompose the model differently")
-        return None, searched()
-    declared = first[backends[0]]
-    try:
-        order = topological_order(list(declared.node_ops), declared.edges)
-    except ValueError as error:  # the plan's edges are a DAG; this guards the search only
-        notes.append(f"not searched: {error}")
-        return None, searched()
-    found["max_regions"] = HOSTED_MAX_REGIONS if hosted else MAX_REGIONS
-    regions = cut(order, support, backends, max_regions=found["max_regions"])
-    found["regions"] = regions
-    if len(regions) < 2 or all(len(r.options) == 1 for r in regions):
-        notes.append("nothing to choose per region: the whole-program candidates cover it")
-        return None, searched()
-    plans = layouts(regions, backends, hosted)
-    composed = []
-    runs: dict[str, int] = {}  # a layout's traced calls: fewer where its calls are slow
-    for number, (what, assignment) in enumerate(plans, start=1):
-        if over_budget():
-            notes.append(
-                f"stopped after {number - 1} of {len(plans)} programs: over the tune budget"
-            )
-            break
-        say(f"placement: regions: composing {number}/{len(plans)}: {what}")
-        candidate = _pinned(backends, pins(regions, assignment, backends, support))
+        support, regions = searching.regions()
+        composed = searching.compose_layouts(regions, support)
+        traces = searching.trace_together(composed)
+        measured = searching.measured_costs(regions, composed, traces)
+        candidate = searching.chosen(regions, support, measured)
+    except _NotChosen as why:
+        searching.notes.append(str(why))
+        candidate = None
+    return candidate, RegionSearch(notes=searching.notes, **searching.found)
+
+
+class _NotChosen(Exception):
+    """The search ends here with no candidate; the message is the plan's note saying why."""
+
+
+@attrs.frozen
+class _Layout:
+    """One layout, composed and run once: what it measures, its program and its traced calls."""
+
+    what: str
+    assignment: tuple[str, ...]
+    composition: Any
+    runner: Any
+    runs: int  # its traced calls: fewer where its calls are slow
+
+
+@attrs.define
+class _Search:
+    """One search's inputs, and the plan's notes and ``RegionSearch`` fields as far as it goes;
+    each step is a method, which raises ``_NotChosen`` where the search ends early."""
+
+    compose_candidate: Callable[[Candidate], Any]
+    plan_candidate: Callable[[Candidate], Any]
+    backends: list[str]
+    inputs: Sequence[Any]
+    over_budget: Callable[[], bool]
+    say: Callable[[str], None]
+    trace_runs: int
+    hosted: bool
+    notes: list[str] = attrs.field(factory=list)
+    found: dict[str, Any] = attrs.field(factory=dict)  # the RegionSearch's fields
+
+    def regions(self) -> tuple[Mapping[str, Any], list[Region]]:
+        """Which backends take each node (``survey``), and the regions ``cut`` where that
+        changes."""
+        backends = self.backends
+        self.say(
+            f"placement: regions: what each backend takes ({len(backends)} plans, each backend first)"
+        )
         try:
-            composition = compose_candidate(candidate)
+            first = {
+                backend: self.plan_candidate(
+                    Candidate((*backends[i:], *backends[:i]), "strict", keep_whole="any")
+                )
+                for i, backend in enumerate(backends)
+            }
         except ComposerError as error:
-            notes.append(f"{what}: not composed: {first_line(error)}")
-            continue
-        if not hosted:
+            raise _NotChosen(f"not searched: a plan failed: {first_line(error)}") from error
+        support = survey(first)
+        if support is None:
+            raise _NotChosen(
+                "not searched: the orders of the stack decompose the model differently"
+            )
+        declared = first[backends[0]]
+        try:
+            order = topological_order(list(declared.node_ops), declared.edges)
+        except ValueError as error:  # the plan's edges are a DAG; this guards the search only
+            raise _NotChosen(f"not searched: {error}") from error
+        self.found["max_regions"] = HOSTED_MAX_REGIONS if self.hosted else MAX_REGIONS
+        regions = cut(order, support, backends, max_regions=self.found["max_regions"])
+        self.found["regions"] = regions
+        if len(regions) < 2 or all(len(r.options) == 1 for r in regions):
+            raise _NotChosen("nothing to choose per region: the whole-program candidates cover it")
+        return support, regions
+
+    def compose_layouts(self, regions: Sequence[Region], support) -> list[_Layout]:
+        """The ``layouts`` that measure the regions, composed and run once each, as many as the
+        budget allows; one that fails to compose or to run is left out with a note."""
+        plans = layouts(regions, self.backends, self.hosted)
+        composed = []
+        for number, (what, assignment) in enumerate(plans, start=1):
+            if self.over_budget():
+                self.notes.append(
+                    f"stopped after {number - 1} of {len(plans)} programs: over the tune budget"
+                )
+                break
+            self.say(f"placement: regions: composing {number}/{len(plans)}: {what}")
+            candidate = _pinned(self.backends, pins(regions, assignment, self.backends, support))
+            layout = self._composed_and_run(what, assignment, candidate)
+            if layout is not None:
+                composed.append(layout)
+        return composed
+
+    def _composed_and_run(self, what: str, assignment, candidate: Candidate) -> _Layout | None:
+        try:
+            composition = self.compose_candidate(candidate)
+        except ComposerError as error:
+            self.notes.append(f"{what}: not composed: {first_line(error)}")
+            return None
+        if not self.hosted:
             runnable, why = composition.runtime_can_run()
             if not runnable:
-                notes.append(f"not searched: {why}")
-                return None, searched()
+                raise _NotChosen(f"not searched: {why}")
         try:  # once, alone: one program the runtime fails (an OpenVINO delegate did, on
             # llama_block) must not stop the others' tracing
-            runner = program_runner(composition, hosted)
-            runner.run(inputs)
-            runs[what] = runs_within(
-                call_seconds(functools.partial(runner.run, inputs)), trace_runs
+            runner = program_runner(composition, self.hosted)
+            runner.run(self.inputs)
+            runs = runs_within(
+                call_seconds(functools.partial(runner.run, self.inputs)), self.trace_runs
             )
         except (ComposerError, RuntimeError) as error:
-            notes.append(f"{what}: does not run: {first_line(error)}")
-            continue
-        composed.append((what, assignment, composition, runner))
-    how = hosted_trace.HostedTrace.timer if hosted else etdump.ProgramTrace.timer
-    found["timer"] = how
-    slow = fewer_runs(runs.values(), trace_runs)
-    say(f"placement: regions: tracing {len(composed)} programs together, {trace_runs} runs each"
-        f"{slow} ({how})")  # fmt: skip
-    try:
-        if hosted:
-            runners = {what: runner for what, _a, _c, runner in composed}
-            traces = hosted_trace.trace_together(runners, inputs, runs)
-        else:
-            buffers = {what: c.buffer for what, _a, c, _r in composed}
-            traces = etdump.trace_together(buffers, inputs, runs)
-    except (ComposerError, RuntimeError) as error:
-        notes.append(f"not traced: {first_line(error)}")
-        return None, searched()
-    programs = []
-    for what, assignment, composition, _runner in composed:
-        traced = traces[what]
-        if traced is None:
-            notes.append(f"{what}: not traced: its calls cannot be matched")
-            continue
-        programs.append((assignment, composition.plan, unit_steps(composition, traced), traced))
-    measured = costs(regions, programs, hosted)
-    if hosted:
-        measured = on_backends(measured)
-        notes.append(
-            "hosted: ops outside the delegates ran in Python, not on portable kernels, so "
-            "a region a backend takes is placed on a backend"
+            self.notes.append(f"{what}: does not run: {first_line(error)}")
+            return None
+        return _Layout(what, assignment, composition, runner, runs)
+
+    def trace_together(self, composed: Sequence[_Layout]) -> dict[str, Any]:
+        """The layouts traced taking turns (ETDump; hosted, each call timed), by ``what``."""
+        how = hosted_trace.HostedTrace.timer if self.hosted else etdump.ProgramTrace.timer
+        self.found["timer"] = how
+        runs = {layout.what: layout.runs for layout in composed}
+        slow = fewer_runs(runs.values(), self.trace_runs)
+        self.say(f"placement: regions: tracing {len(composed)} programs together, "
+                 f"{self.trace_runs} runs each{slow} ({how})")  # fmt: skip
+        try:
+            if self.hosted:
+                runners = {layout.what: layout.runner for layout in composed}
+                return hosted_trace.trace_together(runners, self.inputs, runs)
+            buffers = {layout.what: layout.composition.buffer for layout in composed}
+            return etdump.trace_together(buffers, self.inputs, runs)
+        except (ComposerError, RuntimeError) as error:
+            raise _NotChosen(f"not traced: {first_line(error)}") from error
+
+    def measured_costs(
+        self, regions: Sequence[Region], composed: Sequence[_Layout], traces: Mapping[str, Any]
+    ) -> Costs:
+        """The ``costs`` read off every layout whose calls the trace matched."""
+        programs = []
+        for layout in composed:
+            traced = traces[layout.what]
+            if traced is None:
+                self.notes.append(f"{layout.what}: not traced: its calls cannot be matched")
+                continue
+            steps = unit_steps(layout.composition, traced)
+            programs.append((layout.assignment, layout.composition.plan, steps, traced))
+        measured = costs(regions, programs, self.hosted)
+        if self.hosted:
+            measured = on_backends(measured)
+            self.notes.append(
+                "hosted: ops outside the delegates ran in Python, not on portable kernels, so "
+                "a region a backend takes is placed on a backend"
+            )
+        self.found.update(measured.rounded())
+        return measured
+
+    def chosen(self, regions: Sequence[Region], support, measured: Costs) -> Candidate:
+        """The ``proposal`` the costs give, as a candidate with node pins."""
+        proposed = proposal(regions, measured)
+        if proposed is None:
+            raise _NotChosen("no choice: a region was measured on no option")
+        assignment, estimate, why = proposed
+        if why is not None:
+            self.notes.append(why)
+        self.found["chosen"] = assignment
+        self.found["estimated_us"] = round(estimate, 2)
+        counts = ", ".join(f"{o} x{assignment.count(o)}" for o in dict.fromkeys(assignment))
+        self.say(
+            f"placement: regions: chose {counts} by dynamic programming, estimated {estimate:.1f} us"
         )
-    found.update(measured.rounded())
-    proposed = proposal(regions, measured)
-    if proposed is None:
-        notes.append("no choice: a region was measured on no option")
-        return None, searched()
-    assignment, estimate, why = proposed
-    if why is not None:
-        notes.append(why)
-    found["chosen"] = assignment
-    found["estimated_us"] = round(estimate, 2)
-    counts = ", ".join(f"{o} x{assignment.count(o)}" for o in dict.fromkeys(assignment))
-    say(f"placement: regions: chose {counts} by dynamic programming, estimated {estimate:.1f} us")
-    candidate = _pinned(backends, pins(regions, assignment, backends, support))
-    if not candidate.pins:
-        notes.append("the per-region choice is the declared order, strict")
-        return None, searched()
-    return candidate, searched()
+        candidate = _pinned(self.backends, pins(regions, assignment, self.backends, support))
+        if not candidate.pins:
+            raise _NotChosen("the per-region choice is the declared order, strict")
+        return candidate
 
 
 def _pinned(backends: Sequence[str], table: Mapping[str, Sequence[str]]):
