@@ -61,22 +61,61 @@ def costs(
     starts and ends on the host (a CUDA call copies its inputs in and its outputs out), so a
     switch costs nothing beyond the calls, and no layout alternates with portable kernels.
     """
-
-    region_of = {node: i for i, region in enumerate(regions) for node in region.nodes}
-    own: list[dict[str, list[float]]] = [{} for _ in regions]
-    calls: dict[str, list[float]] = {}
-    crossed: list[tuple[str, str, float, list[tuple[int, float]]]] = []  # after a switch
-    merged: list[tuple[str, float, list[tuple[int, float]]]] = []  # calls of several regions
-    between, switches = 0.0, 0
+    calls = _Calls(regions, hosted)
     for assignment, plan, steps, traced in programs:
+        calls.read(assignment, plan, steps, traced)
+    region_us = tuple({o: statistics.median(v) for o, v in r.items()} for r in calls.own)
+    fixed = _fixed_costs(regions, region_us, calls.backend_us, calls.merged)
+    return Costs(
+        _filled(regions, region_us, calls.merged, fixed),
+        fixed,
+        calls.between_us / calls.switches if calls.switches else 0.0,
+        _switch_costs(regions, region_us, calls.crossed),
+    )
+
+
+@attrs.define
+class _Calls:
+    """The layouts' traced calls, sorted by what each can tell (``costs`` says how)."""
+
+    regions: Sequence[Region]
+    hosted: bool
+    region_of: dict[str, int] = attrs.field(init=False)  # node -> its region's index
+    own: list[dict[str, list[float]]] = attrs.field(init=False)  # per region: option -> times
+    backend_us: dict[str, list[float]] = attrs.field(factory=dict)  # per backend: its calls
+    # calls right after another backend's: (before, where, median us, regions held)
+    crossed: list[tuple[str, str, float, list[tuple[int, float]]]] = attrs.field(factory=list)
+    # calls of several regions: (where, median us, regions held)
+    merged: list[tuple[str, float, list[tuple[int, float]]]] = attrs.field(factory=list)
+    between_us: float = 0.0
+    switches: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        self.region_of = {node: i for i, region in enumerate(self.regions) for node in region.nodes}
+        self.own = [{} for _ in self.regions]
+
+    def read(self, assignment, plan, steps, traced) -> None:
+        """One layout's calls; its regions' own times where each region was placed as given,
+        timed whole, and held alone by its calls."""
         nodes_of = {unit.name: unit.nodes for unit in units(plan)}
         places = [where for _name, where, _latency in steps]
-        between += traced.between_steps_us
-        switches += sum(1 for a, b in itertools.pairwise(places) if a != b)
+        self.between_us += traced.between_steps_us
+        self.switches += sum(1 for a, b in itertools.pairwise(places) if a != b)
         as_given = [
             all(plan.node_backends.get(n) == option for n in region.nodes)
-            for region, option in zip(regions, assignment)
+            for region, option in zip(self.regions, assignment)
         ]
+        shares, clean, timed = self._shares(nodes_of, places, steps)
+        untimed = {self.region_of[n] for u, ns in nodes_of.items() if u not in timed for n in ns
+                   if n in self.region_of}  # fmt: skip
+        for index, option in enumerate(assignment):
+            if as_given[index] and index in clean and index not in untimed:
+                self.own[index].setdefault(option, []).append(shares[index])
+
+    def _shares(self, nodes_of, places, steps) -> tuple[dict[int, float], set[int], set[str]]:
+        """Each region's share of the calls that hold it alone (by node count), the regions
+        those calls cover, and the calls timed; a call after a switch or of several regions is
+        kept aside for the switch and merge costs."""
         shares: dict[int, float] = {}
         clean: set[int] = set()
         timed: set[str] = set()
@@ -85,44 +124,47 @@ def costs(
                 continue
             timed.add(name)
             held = [
-                (region_of[n], 1 / len(nodes_of[name])) for n in nodes_of[name] if n in region_of
+                (self.region_of[n], 1 / len(nodes_of[name]))
+                for n in nodes_of[name]
+                if n in self.region_of
             ]
-            if where != PORTABLE and before not in (PORTABLE, where) and not hosted:
-                crossed.append((before, where, latency.median_us, held))
+            if where != PORTABLE and before not in (PORTABLE, where) and not self.hosted:
+                self.crossed.append((before, where, latency.median_us, held))
                 continue
             if where != PORTABLE:
-                calls.setdefault(where, []).append(latency.median_us)
+                self.backend_us.setdefault(where, []).append(latency.median_us)
             if len({index for index, _share in held}) > 1:
-                merged.append((where, latency.median_us, held))
+                self.merged.append((where, latency.median_us, held))
                 continue
             for index, share in held:
                 shares[index] = shares.get(index, 0.0) + latency.median_us * share
                 clean.add(index)
-        untimed = {region_of[n] for u, ns in nodes_of.items() if u not in timed for n in ns
-                   if n in region_of}  # fmt: skip
-        for index, option in enumerate(assignment):
-            if as_given[index] and index in clean and index not in untimed:
-                own[index].setdefault(option, []).append(shares[index])
-    region_us = tuple({o: statistics.median(v) for o, v in r.items()} for r in own)
+        return shares, clean, timed
+
+
+def _switch_costs(regions, region_us, crossed) -> dict[tuple[str, str], float]:
+    """Per (from, to): the mean of how much slower the calls on ``to`` right after one on
+    ``from`` ran than their regions' own times (never below 0)."""
     slower: dict[tuple[str, str], list[float]] = {}
     for before, where, median_us, held in crossed:
         expected = _apart(regions, region_us, where, held)
         if expected is not None:
             slower.setdefault((before, where), []).append(median_us - expected)
+    return {pair: max(0.0, statistics.fmean(v)) for pair, v in slower.items()}
+
+
+def _fixed_costs(regions, region_us, backend_us, merged) -> dict[str, float]:
+    """Per backend: a delegate call's fixed cost, what merging regions into one call saved,
+    else its cheapest call seen."""
     saved: dict[str, list[float]] = {}
     for where, median_us, held in merged:
         apart = _apart(regions, region_us, where, held)
         if apart is not None:
             count = len({index for index, _share in held})
             saved.setdefault(where, []).append((apart - median_us) / (count - 1))
-    fixed = {backend: min(times) for backend, times in calls.items()}
+    fixed = {backend: min(times) for backend, times in backend_us.items()}
     fixed.update({backend: max(0.0, statistics.median(v)) for backend, v in saved.items()})
-    return Costs(
-        _filled(regions, region_us, merged, fixed),
-        fixed,
-        between / switches if switches else 0.0,
-        {pair: max(0.0, statistics.fmean(v)) for pair, v in slower.items()},
-    )
+    return fixed
 
 
 def _filled(regions, region_us, merged, fixed) -> tuple[dict[str, float], ...]:
