@@ -47,8 +47,32 @@ def compare_with_singles(
     with torch.no_grad():
         expected = eager(*inputs)
     runner = cpp_runtime.runner_path()
+    notes: list[str] = []
+    programs = _with_singles(composition, compose_single, runner, notes)
+    loaded = _load(programs, inputs, expected, runner, notes)
+    candidates = {"eager": lambda: eager(*inputs)}
+    candidates.update({label: program.timed_call(inputs) for label, program in loaded.here.items()})
+    counts = _counts(candidates, loaded.here, runs, notes)
+    with torch.no_grad():
+        timed = interleaved(candidates, counts)
+    if loaded.in_runner:
+        timed.update(runner_interleaved(loaded.in_runner, inputs, runs))
+        notes += [
+            f"{label}: timed in the {cpp_runtime.EXECUTOR} ({runner})" for label in loaded.in_runner
+        ]
+    rows = [ProgramLatency("eager", None, timed["eager"])]
+    rows += [
+        ProgramLatency(label, loaded.calls[label], timed[label], loaded.errors[label])
+        for label in programs
+        if label in timed
+    ]
+    return rows, notes
+
+
+def _with_singles(composition, compose_single, runner: str | None, notes: list[str]) -> dict:
+    """The programs to time by label: the composition, and each of its backends alone where
+    a runtime here can run it (else a note says why not)."""
     programs = {",".join(composition.plan.backends): composition}
-    notes = []
     if len(composition.plan.backends) > 1:
         for name in composition.plan.backends:
             single = compose_single(name)
@@ -57,31 +81,51 @@ def compare_with_singles(
                 programs[f"{name} alone"] = single
             else:
                 notes.append(f"{name} alone: not timed, {why}")
-    loaded, in_runner, errors, calls = {}, {}, {}, {}
+    return programs
+
+
+@attrs.define
+class _Loaded:
+    """The programs loaded to time, in the pip runtime (``here``) or the C++ runtime, with
+    each one's delegate calls and its error against eager."""
+
+    here: dict[str, LoadedProgram] = attrs.field(factory=dict)
+    in_runner: dict[str, RunnerProgram] = attrs.field(factory=dict)
+    errors: dict[str, float | None] = attrs.field(factory=dict)
+    calls: dict[str, int] = attrs.field(factory=dict)
+
+
+def _load(programs: dict, inputs, expected, runner: str | None, notes: list[str]) -> _Loaded:
+    """Load each program where it runs (the pip runtime, else the C++ runtime) and run it once
+    against eager's outputs; one that runs nowhere gets a note instead."""
+    loaded = _Loaded()
     for label, program in programs.items():
         runnable, why = program.runtime_can_run()
         if runnable:
-            loaded[label] = LoadedProgram(program.buffer)
-            outputs = loaded[label].run(inputs)
+            loaded.here[label] = LoadedProgram(program.buffer)
+            outputs = loaded.here[label].run(inputs)
         elif runner is not None:
             try:
-                in_runner[label] = RunnerProgram(runner, program.buffer, program.data_files)
-                outputs = in_runner[label].run(inputs)
+                loaded.in_runner[label] = RunnerProgram(runner, program.buffer, program.data_files)
+                outputs = loaded.in_runner[label].run(inputs)
             except ComposerError as error:
-                in_runner.pop(label, None)
+                loaded.in_runner.pop(label, None)
                 notes.append(f"{label}: not timed, {first_line(error)}")
                 continue
         else:
             notes.append(f"{label}: not timed, {why}")
             continue
-        _ok, errors[label] = compare(outputs, expected)
-        calls[label] = program.plan.delegate_calls
-    candidates = {"eager": lambda: eager(*inputs)}
-    candidates.update({label: program.timed_call(inputs) for label, program in loaded.items()})
+        _ok, loaded.errors[label] = compare(outputs, expected)
+        loaded.calls[label] = program.plan.delegate_calls
+    return loaded
+
+
+def _counts(candidates, here, runs: int, notes: list[str]) -> dict[str, int]:
+    """Calls to time per candidate, with a note for each backend alone timed fewer."""
     # The program asked for and eager get every call; a backend alone, added for comparison,
     # as many as fit in two seconds (XNNPACK alone on timm's nf_resnet26: 0.72 s a call).
     counts = {label: runs for label in candidates}
-    for label in loaded:
+    for label in here:
         if label.endswith(" alone"):
             counts[label] = runs_within(call_seconds(candidates[label]), runs)
             if counts[label] < runs:
@@ -89,15 +133,4 @@ def compare_with_singles(
                     f"{label}: timed {counts[label]} calls, as many as fit in "
                     f"{latency.SECONDS_PER_PROGRAM:g} s (at least {latency.LEAST_RUNS})"
                 )
-    with torch.no_grad():
-        timed = interleaved(candidates, counts)
-    if in_runner:
-        timed.update(runner_interleaved(in_runner, inputs, runs))
-        notes += [f"{label}: timed in the {cpp_runtime.EXECUTOR} ({runner})" for label in in_runner]
-    rows = [ProgramLatency("eager", None, timed["eager"])]
-    rows += [
-        ProgramLatency(label, calls[label], timed[label], errors[label])
-        for label in programs
-        if label in timed
-    ]
-    return rows, notes
+    return counts
