@@ -139,25 +139,59 @@ def interleaved(
     wanted = runs_each(runs, names)
     if min(wanted.values(), default=1) < 1 or block < 1 or max_rounds < 1:
         raise ValueError("runs, block and max_rounds must be at least 1")
-    times: dict[str, list[float]] = {name: [] for name in names}
-    best: dict[str, float] = {}
-    agreed = {name: False for name in names}
+    rounds = _Rounds(names, tolerance)
     started = clock()
     for round_index in range(max_rounds):
-        sizes = {
-            name: max(1, count // 2) if round_index == 1 else (count + 1) // 2
-            for name, count in wanted.items()
-        }
         order = names if round_index % 2 == 0 else names[::-1]
-        fastest = _round({name: candidates[name] for name in order}, sizes, block, clock)
-        if best:  # the best time so far, seen again in this round?
-            agreed = {name: agree(fastest[name][0], best[name], tolerance) for name in names}
-        for name in names:
-            times[name] += fastest[name][1]
-            best[name] = min(best.get(name, fastest[name][0]), fastest[name][0])
-        if all(agreed.values()) or (budget_s is not None and clock() - started >= budget_s):
+        calls = {name: candidates[name] for name in order}
+        rounds.add(_round(calls, _round_sizes(wanted, round_index), block, clock))
+        if rounds.settled() or (budget_s is not None and clock() - started >= budget_s):
             break
-    return {name: Latency.of(times[name], settled=agreed[name]) for name in names}
+    return rounds.latencies()
+
+
+def _round_sizes(wanted: Mapping[str, int], round_index: int) -> dict[str, int]:
+    """Calls per candidate in round ``round_index``: half its runs, so that two rounds make
+    them all (the second rounds down, never to 0)."""
+    return {
+        name: max(1, count // 2) if round_index == 1 else (count + 1) // 2
+        for name, count in wanted.items()
+    }
+
+
+@attrs.define
+class _Rounds:
+    """What ``interleaved``'s rounds have seen per candidate: every call's time, the fastest
+    call so far, and whether the latest round saw that time again."""
+
+    names: list[str]
+    tolerance: float
+    times: dict[str, list[float]] = attrs.field(init=False)
+    best: dict[str, float] = attrs.field(factory=dict)
+    agreed: dict[str, bool] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.times = {name: [] for name in self.names}
+        self.agreed = {name: False for name in self.names}
+
+    def add(self, fastest: Mapping[str, tuple[float, list[float]]]) -> None:
+        """One round's fastest call and all its times, per candidate (``_round``)."""
+        if self.best:  # the best time so far, seen again in this round?
+            self.agreed = {
+                name: agree(fastest[name][0], self.best[name], self.tolerance)
+                for name in self.names
+            }
+        for name in self.names:
+            self.times[name] += fastest[name][1]
+            self.best[name] = min(self.best.get(name, fastest[name][0]), fastest[name][0])
+
+    def settled(self) -> bool:
+        return all(self.agreed.values())
+
+    def latencies(self) -> dict[str, Latency]:
+        return {
+            name: Latency.of(self.times[name], settled=self.agreed[name]) for name in self.names
+        }
 
 
 def agree(a: float, b: float, tolerance: float) -> bool:
