@@ -194,13 +194,27 @@ def _text_color(fill: str) -> str:
 
 
 def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> str:
-    partition_of = {n: p.id for p in plan.partitions for n in p.nodes}
     w, h = layout.width, layout.height
     header = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0f}" height="{h:.0f}" '
         f'viewBox="0 0 {w:.0f} {h:.0f}" font-family="system-ui, sans-serif" font-size="11">'
     )
-    out = [header, "<defs>"]
+    return "\n".join(
+        [
+            header,
+            *_svg_arrowheads(),
+            *_svg_lanes(plan, layout, colors),
+            *_svg_partitions(plan, layout, colors),
+            *_svg_edges(plan, layout),
+            *_svg_nodes(plan, layout, colors, ids),
+            "</svg>",
+        ]
+    )
+
+
+def _svg_arrowheads() -> list[str]:
+    """The markers that end an edge: grey, and the crossing colour for a device crossing."""
+    out = ["<defs>"]
     for name, color in (("arrow", "#777"), ("arrow-crossing", CROSSING_COLOR)):
         out.append(
             f'<marker id="{name}" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
@@ -208,6 +222,12 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> 
             "</marker>"
         )
     out.append("</defs>")
+    return out
+
+
+def _svg_lanes(plan: Plan, layout: _Layout, colors: dict[str, str]) -> list[str]:
+    """One band per backend, captioned with its device and node count."""
+    out = []
     for i, lane in enumerate(layout.lanes):
         band = "#f6f6f6" if i % 2 == 0 else "#ececec"
         stand_in = " (stand-in)" if lane.backend in plan.stand_ins else ""
@@ -216,8 +236,8 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> 
         caption = f"{device} \u00b7 {counts}" if device else counts
         out.append(
             f'<g class="lane" data-backend="{_e(lane.backend)}">'
-            f'<rect x="0" y="{lane.y:.0f}" width="{w:.0f}" height="{lane.height:.0f}" '
-            f'fill="{band}"/>'
+            f'<rect x="0" y="{lane.y:.0f}" width="{layout.width:.0f}" '
+            f'height="{lane.height:.0f}" fill="{band}"/>'
             f'<rect x="0" y="{lane.y:.0f}" width="6" height="{lane.height:.0f}" '
             f'fill="{colors[lane.backend]}"/>'
             f'<text x="14" y="{lane.y + 22:.0f}" font-size="13" font-weight="bold">'
@@ -225,6 +245,12 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> 
             f'<text x="14" y="{lane.y + 38:.0f}" fill="#555">'
             f"{_e(caption)}</text></g>"
         )
+    return out
+
+
+def _svg_partitions(plan: Plan, layout: _Layout, colors: dict[str, str]) -> list[str]:
+    """A box around each partition's nodes, its title saying what it cost where traced."""
+    out = []
     for partition, x, y, bw, bh in layout.boxes:
         color = colors[partition.backend]
         out.append(
@@ -236,6 +262,12 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> 
             f'<text x="{x + 6:.0f}" y="{y + 14:.0f}" font-weight="bold" fill="{color}">'
             f"{_e(partition.id)}{' quantized' if partition.quantized else ''}</text></g>"
         )
+    return out
+
+
+def _svg_edges(plan: Plan, layout: _Layout) -> list[str]:
+    """A curve per edge between drawn nodes; a device crossing dashed, in its own colour."""
+    out = []
     for a, b in plan.edges:
         if a not in layout.positions or b not in layout.positions:
             continue
@@ -255,6 +287,14 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> 
             f'{x2:.0f},{y2:.0f}"><title>{_e(a)} \u2192 {_e(b)} '
             f"({_e(plan.device_of(a))} \u2192 {_e(plan.device_of(b))})</title></path>"
         )
+    return out
+
+
+def _svg_nodes(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str) -> list[str]:
+    """A box per node in its backend's colour; ``ids`` prefixes the element ids, so that two
+    pictures can share one page."""
+    partition_of = {n: p.id for p in plan.partitions for n in p.nodes}
+    out = []
     for node, backend in plan.node_backends.items():
         x, y = layout.positions[node]
         op = plan.node_ops.get(node, "?")
@@ -269,8 +309,7 @@ def _svg(plan: Plan, layout: _Layout, colors: dict[str, str], ids: str = "") -> 
             f'fill="{_text_color(colors.get(backend, PORTABLE_COLOR))}">'
             f"{_e(_node_label(op))}</text></g>"
         )
-    out.append("</svg>")
-    return "\n".join(out)
+    return out
 
 
 def _traced(plan: Plan, node: str) -> str:
