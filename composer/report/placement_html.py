@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from composer.scheduler.measured_placement import RegionSearch
+from composer.scheduler.measured_placement import Placement, Region, RegionSearch
 from composer.scheduler.plans import PORTABLE, Plan
 
 DASH = "\u2013"  # an empty cell
@@ -20,11 +20,19 @@ def measured_placement(plan: Plan) -> str:
     placement = plan.placement
     if placement is None:
         return ""
+    parts = ["<h2>Measured placement</h2>", *_candidates(placement)]
+    if placement.regions is not None:
+        parts.append(_region_search(placement.regions))
+    parts += _partition_times(placement)
+    return "\n".join(parts)
+
+
+def _candidates(placement: Placement) -> list[str]:
+    """What was timed how, and the table of every candidate's times."""
     source = " (measurements from the cache)" if placement.cached else ""
     threads = placement.threads
     on = f", XNNPACK on {threads} thread(s)" if threads else ""
     parts = [
-        "<h2>Measured placement</h2>",
         (
             f"<p>Chose <b>{_e(placement.chosen)}</b>{_e(source)}: the candidates were composed "
             f"and timed together in the ExecuTorch runtime on this machine{_e(on)}. A candidate "
@@ -48,14 +56,17 @@ def measured_placement(plan: Plan) -> str:
             f"<td>{p90}</td><td>{again}</td><td>{_e(item.note)}</td></tr>"
         )
     parts.append("</table>")
-    if placement.regions is not None:
-        parts.append(_region_search(placement.regions))
+    return parts
+
+
+def _partition_times(placement: Placement) -> list[str]:
+    """Each partition of the chosen program traced, beside what its nodes cost elsewhere; or
+    why there are no such times."""
     timed = placement.partitions
     traced = placement.traced
     if not timed or traced is None:
-        parts.append("<p>No per-partition times: the chosen program could not be traced.</p>")
-        return "\n".join(parts)
-    parts += [
+        return ["<p>No per-partition times: the chosen program could not be traced.</p>"]
+    parts = [
         (
             f"<p>Per partition of the chosen program, traced over {traced.runs} runs "
             f"({_e(traced.timed_by)}), medians. The whole call took "
@@ -82,7 +93,7 @@ def measured_placement(plan: Plan) -> str:
             f"<td>{elsewhere or DASH}</td></tr>"
         )
     parts.append("</table>")
-    return "\n".join(parts)
+    return parts
 
 
 def _region_search(searched: RegionSearch) -> str:
@@ -92,8 +103,6 @@ def _region_search(searched: RegionSearch) -> str:
     notes = "".join(f'<p class="note">{_e(note)}</p>' for note in searched.notes)
     if not regions:
         return f"<h2>Per region</h2>{notes}" if notes else ""
-    times = searched.region_us or ()
-    chosen = searched.chosen or ()
     estimate = searched.estimated_us
     seen = dict.fromkeys(o for region in regions for o in region.options)
     options = sorted(seen, key=lambda option: option == PORTABLE)  # the backends, then portable
@@ -113,26 +122,40 @@ def _region_search(searched: RegionSearch) -> str:
         + "".join(f"<th>{_e(o)} us</th>" for o in options)
         + "<th>chosen</th></tr>",
     ]
+    times = searched.region_us or ()
+    chosen = searched.chosen or ()
     for index, region in enumerate(regions):
-        nodes = region.nodes
-        named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
         cost = times[index] if index < len(times) else {}
         pick = chosen[index] if index < len(chosen) else None
-        cells = []
-        for option in options:
-            mark = ' class="chosen"' if option == pick else ""
-            if option not in region.options:
-                cells.append(f"<td>{DASH}</td>")
-            elif option in cost:
-                cells.append(f"<td{mark}>{cost[option]:.1f}</td>")
-            else:
-                cells.append(f"<td{mark}>not timed</td>")
-        parts.append(
-            f'<tr data-region="{index}"><td>{index}</td>'
-            f'<td title="{_e(", ".join(nodes))}">{_e(named)}</td>{"".join(cells)}'
-            f"<td>{_e(pick or DASH)}</td></tr>"
-        )
+        parts.append(_region_row(index, region, options, cost, pick))
     parts.append("</table>")
+    parts += _call_and_switch_costs(searched)
+    parts.append(notes)
+    return "\n".join(parts)
+
+
+def _region_row(index: int, region: Region, options, cost, pick: str | None) -> str:
+    """A region's row: its nodes, then its time on each option (chosen marked)."""
+    nodes = region.nodes
+    named = nodes[0] + (f" .. {nodes[-1]} ({len(nodes)} nodes)" if len(nodes) > 1 else "")
+    cells = []
+    for option in options:
+        mark = ' class="chosen"' if option == pick else ""
+        if option not in region.options:
+            cells.append(f"<td>{DASH}</td>")
+        elif option in cost:
+            cells.append(f"<td{mark}>{cost[option]:.1f}</td>")
+        else:
+            cells.append(f"<td{mark}>not timed</td>")
+    return (
+        f'<tr data-region="{index}"><td>{index}</td>'
+        f'<td title="{_e(", ".join(nodes))}">{_e(named)}</td>{"".join(cells)}'
+        f"<td>{_e(pick or DASH)}</td></tr>"
+    )
+
+
+def _call_and_switch_costs(searched: RegionSearch) -> list[str]:
+    """The table of a delegate call's fixed cost per backend and what each switch adds."""
     saved = "fixed (saved when two regions become one call)"
     costs = [
         (f"call:{backend}", f"a delegate call on {backend}, {saved}", us)
@@ -144,13 +167,14 @@ def _region_search(searched: RegionSearch) -> str:
     for (before, after), us in (searched.switch_us or {}).items():
         costs.append((f"switch:{before}->{after}",
                       f"a call on {after} right after one on {before}, more", us))  # fmt: skip
-    if costs:
-        parts.append("<p>What a call and a switch cost, from the same traces:</p>")
-        parts.append('<table class="region-costs"><tr><th>cost</th><th>us</th></tr>')
-        parts += [
+    if not costs:
+        return []
+    return [
+        "<p>What a call and a switch cost, from the same traces:</p>",
+        '<table class="region-costs"><tr><th>cost</th><th>us</th></tr>',
+        *(
             f'<tr data-cost="{_e(key)}"><td>{_e(what)}</td><td>{us:.1f}</td></tr>'
             for key, what, us in costs
-        ]
-        parts.append("</table>")
-    parts.append(notes)
-    return "\n".join(parts)
+        ),
+        "</table>",
+    ]
