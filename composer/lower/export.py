@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import sympy
@@ -69,6 +69,13 @@ def model_copy(model: Model) -> Model:
     return copy.deepcopy(model)
 
 
+def untouched_copies(program: ExportedProgram) -> Callable[[], ExportedProgram] | None:
+    """Copies of ``program`` as it is now, one a call, each sharing nothing with it or the
+    others (a lowering changes what it is given); None where torch.export cannot save it."""
+    saved = _saved(program)
+    return None if saved is None else _Untouched(program, saved).copy
+
+
 def _deepcopy_program(program: ExportedProgram) -> ExportedProgram:
     """``copy.deepcopy(program)``, its example inputs detached first: optimum's Whisper decoder
     keeps the encoder's output it was exported with, a tensor with a grad_fn, which deepcopy
@@ -99,14 +106,7 @@ class _Untouched:
     def of(cls, program: ExportedProgram) -> _Untouched:
         kept = cls._kept.get(id(program))
         if kept is None or kept[0] is not program:
-            saved = None
-            try:
-                buffer = io.BytesIO()
-                torch.export.save(program, buffer)
-                saved = buffer.getvalue()
-            except Exception:  # noqa: BLE001 - an op torch.export cannot serialize: deepcopy
-                saved = None
-            kept = cls._kept[id(program)] = (program, saved)
+            kept = cls._kept[id(program)] = (program, _saved(program))
             if len(cls._kept) > 8:  # a sweep composes many programs; keep the latest few
                 cls._kept.pop(next(iter(cls._kept)))
         return cls(*kept)
@@ -122,6 +122,16 @@ class _Untouched:
         for original, copy_ in zip(shape_envs([self.program]), shape_envs([loaded]), strict=False):
             copy_.source_name_to_debug_name.update(original.source_name_to_debug_name)
         return loaded
+
+
+def _saved(program: ExportedProgram) -> bytes | None:
+    """``program`` as torch.export saves it; None for an op it cannot serialize."""
+    try:
+        buffer = io.BytesIO()
+        torch.export.save(program, buffer)
+        return buffer.getvalue()
+    except Exception:  # noqa: BLE001 - the caller has a next best: a deepcopy, an export
+        return None
 
 
 def load_program(source: Any) -> ExportedProgram:

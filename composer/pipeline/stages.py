@@ -7,6 +7,7 @@ placement's candidates go through these too, never back through the public ``com
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from composer.lower.export import (
     export_model,
     fresh_program,
     model_copy,
+    untouched_copies,
 )
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
 from composer.lower.program_cache import ProgramCache
@@ -71,6 +73,18 @@ class Exported:
         first = not self._handed and not isinstance(self.model, ExportedProgram)
         self._handed = True
         return self.program() if first else self.fresh()
+
+    def kept(self) -> Callable[[], ExportedProgram]:
+        """Untouched programs of the model as it is now, one a call, for lowerings later (the
+        caller may run or change the model meanwhile): copies of this compose's one export,
+        where it has one no lowering touched; else exports of a copy of the model."""
+        exported = self.model if isinstance(self.model, ExportedProgram) else None
+        if exported is None and not self._handed:
+            exported = self._program
+        copies = untouched_copies(exported) if exported is not None else None
+        if copies is not None:
+            return copies
+        return functools.partial(fresh_program, model_copy(self.model), self.example_inputs)
 
     def inputs(self) -> tuple:
         return example_inputs_of(self.model, self.example_inputs)
@@ -191,7 +205,7 @@ class _Lowering:
         # (verify runs under no_grad). A repaired program is lowered again with its repairs.
         exported = self.exported
         again = _LoweringAgain(
-            model_copy(exported.model), exported.example_inputs, torch.is_grad_enabled(),
+            exported.kept(), torch.is_grad_enabled(),
             self.resolved.lowering(repaired_stack(self.resolved.stack, stored["plan"].repairs)),
             self.how,
         )  # fmt: skip
@@ -203,23 +217,22 @@ class _Lowering:
 @attrs.frozen(eq=False)
 class _LoweringAgain:
     """A composition from the cache, lowered again when asked for (its edge program, its
-    reference): from a copy of the model as it was composed, with the stack it was."""
+    reference): from the model as it was composed, with the stack it was."""
 
-    model: Model  # a copy: the caller's model may change after
-    example_inputs: Sequence[Any] | None
-    grad: bool  # the grad mode it was composed in
+    programs: Callable[[], ExportedProgram]  # Exported.kept: the model may change after
+    grad: bool  # the grad mode it was composed in, which torch.export's graph depends on
     resolved: ResolvedStack  # with the stored plan's repairs
     how: Composing
 
-    def export(self) -> ExportedProgram:
+    def program(self) -> ExportedProgram:
         with torch.set_grad_enabled(self.grad):
-            return export_model(self.model, self.example_inputs)
+            return self.programs()
 
     def __call__(self) -> Lowered:
         how = self.how
         return lower_program(
-            self.export(), self.resolved, how.progress, how.folder, how.workers,
-            again=self.export,
+            self.program(), self.resolved, how.progress, how.folder, how.workers,
+            again=self.program,
         )  # fmt: skip
 
 
