@@ -380,34 +380,45 @@ class _DelegateChecker(torch.fx.Interpreter):
             # it can run; it is the culprit.
             self.failed.append((name, f"cannot run at this size: {first_line(error)[:200]}"))
             raise _Stopped from error
-        single = isinstance(expected, torch.Tensor)
-        if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
-            # loads libtorch's libraries globally, which the .so's aoti_torch_* symbols need
-            # (with $COMPOSER_ET_RUNNER the program itself runs elsewhere and nothing had)
-            unavailable = aoti_host.host_unavailable_reason()
-            if unavailable is not None:
-                self.unchecked.append((name, unavailable))
-                return expected
-        try:
-            if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
-                delegate = aoti_host.CompiledCudaDelegate(
-                    cuda_manifest.parse_manifest(lowered.processed_bytes), self.data, "cpu", single
-                )
-            else:
-                delegate = _delegate_alone(lowered, single)
-        except ComposerError as error:
-            self.failed.append((name, f"failed to load: {first_line(error)}"))
-            return expected
-        except Exception as error:  # noqa: BLE001 - ExecuTorch's emitter, not the backend
-            # A delegate ExecuTorch cannot emit as a program of its own: the proof says so
-            # rather than blame it or escape with the emitter's traceback.
-            self.unchecked.append((name, f"{type(error).__name__}: {first_line(error)[:120]}"))
+        delegate = self._loaded_alone(name, lowered, isinstance(expected, torch.Tensor))
+        if delegate is None:
             return expected
         try:
             got = delegate(*operands)
         except (ComposerError, RuntimeError) as error:
             self.failed.append((name, f"failed at run time: {first_line(error)}"))
             return expected
+        self._judge(name, lowered, operands, got, expected)
+        return expected
+
+    def _loaded_alone(self, name: str, lowered, single: bool) -> Callable[..., Any] | None:
+        """``lowered``'s compiled code, callable on its own; None where it cannot be loaded
+        here (``failed`` or ``unchecked`` says why)."""
+        if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
+            # loads libtorch's libraries globally, which the .so's aoti_torch_* symbols need
+            # (with $COMPOSER_ET_RUNNER the program itself runs elsewhere and nothing had)
+            unavailable = aoti_host.host_unavailable_reason()
+            if unavailable is not None:
+                self.unchecked.append((name, unavailable))
+                return None
+        try:
+            if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
+                return aoti_host.CompiledCudaDelegate(
+                    cuda_manifest.parse_manifest(lowered.processed_bytes), self.data, "cpu", single
+                )
+            return _delegate_alone(lowered, single)
+        except ComposerError as error:
+            self.failed.append((name, f"failed to load: {first_line(error)}"))
+        except Exception as error:  # noqa: BLE001 - ExecuTorch's emitter, not the backend
+            # A delegate ExecuTorch cannot emit as a program of its own: the proof says so
+            # rather than blame it or escape with the emitter's traceback.
+            self.unchecked.append((name, f"{type(error).__name__}: {first_line(error)[:120]}"))
+        return None
+
+    def _judge(self, name: str, lowered, operands: list, got: Any, expected: Any) -> None:
+        """Judge the delegate's outputs ``got`` against its subgraph run in eager (``expected``
+        is the reference's run of it): a miss is listed in ``failed``, a suspect kept in
+        ``worst`` where it is the closest to its allowance so far."""
         subgraph = lowered.original_module.module()
         true, truth_name = truth(subgraph, operands)
         # a backend computing in bf16 by design is held to its subgraph run in bf16
@@ -421,23 +432,29 @@ class _DelegateChecker(torch.fx.Interpreter):
                 f"{verdict.describe()}"
             )
             self.failed.append((name, why))
-            return expected
-        # Only a delegate further from float64 than eager's run of its subgraph in the model's
-        # dtype can be what makes the program miss: one as close or closer (a bf16 subgraph
-        # as eager computes it) is no suspect, and moving it changes nothing for the better.
-        # A backend computing in bf16 by design is held to eager in bf16, but is a suspect
-        # against the model's fp32 (OpenVINO's bf16 partitions adding up: moved, they go right).
-        # An error under dynamo's floor (tol / 10) is no one's: view-like delegates of a bf16
-        # program differ from eager there by a rounding, and moving them was all a repair did.
-        baseline = [o.eager_error for o in verdict.outputs]
-        if eager_in and true is not None:
-            pairs = zip(flatten_tensors(true), flatten_tensors(expected), strict=False)
-            baseline = [rmse(t.double(), e.double()) for t, e in pairs]
-        share = max(
-            (o.program_error / o.allowed for o, base in zip(verdict.outputs, baseline, strict=False)
-             if o.allowed and base is not None and o.program_error > max(base, TOL / 10)),
-            default=0.0,
-        )  # fmt: skip
+            return
+        share = _suspect_share(verdict, true, expected, eager_in)
         if share > 0 and (self.worst is None or share > self.worst[0]):
             self.worst = (share, name)
-        return expected
+
+
+def _suspect_share(verdict, true: Any, expected: Any, eager_in) -> float:
+    """How much of its allowance a delegate that passed used (program error / allowed, its
+    worst output), counting only outputs where it could be what makes the program miss; 0 where
+    it is no suspect."""
+    # Only a delegate further from float64 than eager's run of its subgraph in the model's
+    # dtype can be what makes the program miss: one as close or closer (a bf16 subgraph
+    # as eager computes it) is no suspect, and moving it changes nothing for the better.
+    # A backend computing in bf16 by design is held to eager in bf16, but is a suspect
+    # against the model's fp32 (OpenVINO's bf16 partitions adding up: moved, they go right).
+    # An error under dynamo's floor (tol / 10) is no one's: view-like delegates of a bf16
+    # program differ from eager there by a rounding, and moving them was all a repair did.
+    baseline = [o.eager_error for o in verdict.outputs]
+    if eager_in and true is not None:
+        pairs = zip(flatten_tensors(true), flatten_tensors(expected), strict=False)
+        baseline = [rmse(t.double(), e.double()) for t, e in pairs]
+    return max(
+        (o.program_error / o.allowed for o, base in zip(verdict.outputs, baseline, strict=False)
+         if o.allowed and base is not None and o.program_error > max(base, TOL / 10)),
+        default=0.0,
+    )  # fmt: skip
