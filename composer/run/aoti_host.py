@@ -249,13 +249,7 @@ def aoti_hosted(composition: Hostable, host: str = "cpu") -> torch.fx.GraphModul
     delegates runs on a CPU host anywhere.
     """
 
-    if host not in ("cpu", "cuda"):
-        raise ComposerError(f"host must be 'cpu' or 'cuda', not {host!r}.")
-    reason = host_unavailable_reason()
-    if reason is not None and (
-        host == "cuda" or CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
-    ):
-        raise ComposerError(f"cannot run the compiled CUDA delegates here: {reason}.")
+    _check_can_host(composition, host)
     module = (
         reference_on(composition, "cuda")
         if host == "cuda"
@@ -264,45 +258,67 @@ def aoti_hosted(composition: Hostable, host: str = "cpu") -> torch.fx.GraphModul
     module.meta["in_python"] = []  # (delegate, why) for those that ran as subgraphs
     module.meta["in_runtime"] = []  # (delegate, the runtime that ran its compiled code)
     data = named_data(composition.buffer, composition.data_files)
-    graph = module.graph
-    for node in list(graph.nodes):
-        if not _is_delegate_call(node):
-            continue
-        lowered_node = node.args[0]
-        lowered = getattr(module, lowered_node.target)
-        single = any(user.target is not operator.getitem for user in node.users)
-        if lowered.backend_id == CUDA_BACKEND_ID:
-            manifest = parse_manifest(lowered.processed_bytes)
-            name = f"{lowered_node.target}_compiled"
-            replacement = CompiledCudaDelegate(manifest, data, host, single)
-        else:
-            try:
-                # From the reference's own module: reference_on moved this one's program to
-                # the GPU, and its buffer() would serialize that.
-                source = getattr(composition.reference, lowered_node.target, lowered)
-                replacement = RuntimeDelegate(source, host, single)
-                name = f"{lowered_node.target}_in_runtime"
-                module.meta["in_runtime"].append((lowered_node.target, replacement.runtime))
-            except ComposerError as error:
-                # Said, not hidden: its time would be Python's.
-                module.meta["in_python"].append((lowered_node.target, str(error).splitlines()[0]))
-                # What executorch_call_delegate runs in Python, unlifted once, not per call.
-                name = f"{lowered_node.target}_subgraph"
-                replacement = lowered.original_module.module()
-        module.add_submodule(name, replacement)
-        with graph.inserting_before(node):
-            call = graph.call_module(name, tuple(node.args[1:]))
-        call.meta = dict(node.meta)
-        call.meta["lowered_module"] = (
-            lowered_node.target
-        )  # what composer.measure.hosted_trace times
-        node.replace_all_uses_with(call)
-        graph.erase_node(node)
-        if not lowered_node.users:
-            graph.erase_node(lowered_node)
-            delattr(module, lowered_node.target)
+    for node in list(module.graph.nodes):
+        if _is_delegate_call(node):
+            name, replacement = _hosted_delegate(module, composition, node, data, host)
+            _call_instead(module, node, name, replacement)
     module.recompile()
     return module
+
+
+def _check_can_host(composition: Hostable, host: str) -> None:
+    if host not in ("cpu", "cuda"):
+        raise ComposerError(f"host must be 'cpu' or 'cuda', not {host!r}.")
+    reason = host_unavailable_reason()
+    if reason is not None and (
+        host == "cuda" or CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
+    ):
+        raise ComposerError(f"cannot run the compiled CUDA delegates here: {reason}.")
+
+
+def _hosted_delegate(
+    module: torch.fx.GraphModule, composition: Hostable, node: torch.fx.Node, data, host: str
+) -> tuple[str, torch.nn.Module]:
+    """What runs the delegate that ``node`` calls, and the name it goes by in ``module``: a
+    CUDA delegate's compiled .so, else the ExecuTorch runtime that has its backend, else its
+    subgraph in Python (``module.meta`` lists which ran where)."""
+    lowered_node = node.args[0]
+    lowered = getattr(module, lowered_node.target)
+    single = any(user.target is not operator.getitem for user in node.users)
+    if lowered.backend_id == CUDA_BACKEND_ID:
+        manifest = parse_manifest(lowered.processed_bytes)
+        return f"{lowered_node.target}_compiled", CompiledCudaDelegate(manifest, data, host, single)
+    try:
+        # From the reference's own module: reference_on moved this one's program to
+        # the GPU, and its buffer() would serialize that.
+        source = getattr(composition.reference, lowered_node.target, lowered)
+        replacement = RuntimeDelegate(source, host, single)
+        module.meta["in_runtime"].append((lowered_node.target, replacement.runtime))
+        return f"{lowered_node.target}_in_runtime", replacement
+    except ComposerError as error:
+        # Said, not hidden: its time would be Python's.
+        module.meta["in_python"].append((lowered_node.target, str(error).splitlines()[0]))
+        # What executorch_call_delegate runs in Python, unlifted once, not per call.
+        return f"{lowered_node.target}_subgraph", lowered.original_module.module()
+
+
+def _call_instead(
+    module: torch.fx.GraphModule, node: torch.fx.Node, name: str, replacement: torch.nn.Module
+) -> None:
+    """Replace the delegate call ``node`` with a call of ``replacement`` (as submodule
+    ``name``), dropping the lowered module once nothing calls it."""
+    lowered_node = node.args[0]
+    graph = module.graph
+    module.add_submodule(name, replacement)
+    with graph.inserting_before(node):
+        call = graph.call_module(name, tuple(node.args[1:]))
+    call.meta = dict(node.meta)
+    call.meta["lowered_module"] = lowered_node.target  # what composer.measure.hosted_trace times
+    node.replace_all_uses_with(call)
+    graph.erase_node(node)
+    if not lowered_node.users:
+        graph.erase_node(lowered_node)
+        delattr(module, lowered_node.target)
 
 
 class HostedProgram:
