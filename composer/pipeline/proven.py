@@ -22,12 +22,14 @@ from composer.contract.errors import (
     PreprocessFailed,
     StalePinWarning,
 )
+from composer.lower.widened import computes_reduced
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
 from composer.run.proof import Culprit, ProgramFailed, prove
 from composer.scheduler.assign import node_pin, user_pinned
 from composer.scheduler.origins import origin_backends
 from composer.scheduler.plan_records import Repair
+from composer.scheduler.plans import PORTABLE
 
 # Rounds of repairs, each moving every partition found failing (all those a compiler raised
 # on, or the one delegate the proof names); a stack of k backends moves a node at most k times.
@@ -56,8 +58,12 @@ def composed_and_proven(
     first_compose: float | None = None
     for _round in range(MAX_REPAIRS + 1):
         attempt = _attempt(build, current, check=check, strict=strict, failed=failed)
+        if isinstance(attempt, _Widen):
+            say(f"repair {_round + 1}: {attempt.why}; computing them in float32, composing again")
+            current = attrs.evolve(current, widen_portable=True)
+            continue
         if not isinstance(attempt, _Failed):
-            return attempt
+            return _said_widened(attempt, current, stack)
         culprits = attempt.culprits
         if first_compose is None and attempt.lowering_error is None:
             # the first round that built a program and proved it: what a compose costs
@@ -121,11 +127,39 @@ def _attempt(
     try:
         proof = prove(composition)
     except ProgramFailed as error:
+        widen = None if error.culprits or strict else _widening(composition, stack)
+        if widen is not None:
+            return widen
         if not error.culprits or strict:
             _raise_with_tried(error, failed)
         culprits = list(error.culprits)
         return _Failed(culprits, _changing(composition.plan, culprits), None)
     return _finished(composition, failed, proof.describe())
+
+
+@attrs.frozen
+class _Widen:
+    """The proof missed with no delegate to blame, and reduced-precision ops are left to
+    portable kernels, which accumulate in bf16 or fp16 where eager accumulates in float32."""
+
+    why: str
+
+
+def _widening(composition: Composition, stack: Stack) -> _Widen | None:
+    if stack.widen_portable:
+        return None
+    left = sum(composition.plan.ops_on(PORTABLE).values())
+    if not left or not computes_reduced(composition.edge.exported_program()):
+        return None
+    return _Widen(f"the error builds up in the {left} bf16/fp16 op(s) left to portable kernels")
+
+
+def _said_widened(composition: Composition, current: Stack, asked: Stack) -> Composition:
+    """The plan's proof says the repair computed the portable kernels' ops in float32."""
+    if not current.widen_portable or asked.widen_portable:
+        return composition
+    proof = f"{composition.plan.proof}; repaired: the ops on portable kernels computed in float32"
+    return attrs.evolve(composition, plan=attrs.evolve(composition.plan, proof=proof))
 
 
 def _all_moved_already(culprits: Sequence[Culprit], stack: Stack) -> bool:

@@ -89,6 +89,9 @@ class Stack:
     - ``repair_time``: how long repairs may search for a program that runs and is right, as a
       multiple of the first compose (with its proof); past it, composer stops with what is
       wrong, at which size, and what it moved, and writes nothing.
+    - ``widen_portable``: compute the ops left to ExecuTorch's portable kernels in float32
+      where the model is bf16 or fp16 (:mod:`composer.lower.widened`); the proof's repair
+      turns it on where the error builds up there.
     """
 
     backends: tuple[str, ...] = attrs.field(converter=backend_names)
@@ -100,6 +103,7 @@ class Stack:
     threads: int | None = None
     keep_whole: str = "priority"
     repair_time: float = 3.0
+    widen_portable: bool = False
 
     def __attrs_post_init__(self) -> None:
         for what, given in (
@@ -172,6 +176,7 @@ class Stack:
             threads=self.threads,
             keep_whole=self.keep_whole,
             repair_time=self.repair_time,
+            widen_portable=self.widen_portable,
         )
 
     def with_defaults(self, resolved: Sequence[Backend], registry: Registry) -> Stack:
@@ -197,4 +202,6 @@ class Stack:
             "never": {k: sorted(v) for k, v in sorted(self.never.items())},
             "min_partition_size": dict(sorted(self.min_partition_size.items())),
             "keep_whole": self.keep_whole,
+            # Only where set: the keys (and cache entries) of every other stack stay as they were.
+            **({"widen_portable": True} if self.widen_portable else {}),
         }
