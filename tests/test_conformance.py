@@ -144,6 +144,47 @@ def test_quantized_flows_composer_beside_plain(tmp_path):
     assert flows.suite_quantized_flow(("xnnpack",)) is None
 
 
+def _case(flow: str, outcome: str, delegated: bool, why: str = "") -> results.Case:
+    return results.Case(flow, "test_a.py::test_a", outcome, delegated, 1.0, why, ())
+
+
+def test_a_case_plain_did_not_run_is_not_lost():
+    """The suite passes a case that delegated nothing without running it: composer's refusing
+    the same program (its proof runs it, and this runtime has no kernel for an op) is told
+    apart from a case plain ran and passed, which composer loses."""
+    refused = _case(
+        "composer_xnnpack", "failed", False, "Lowering Failed; the composed program failed"
+    )
+    not_run = [_case("xnnpack", "passed", False), refused]
+    assert not command.lost_cases(not_run)
+    assert f"  plain: {command.NOT_RUN}" in command.difference_lines(not_run)
+    assert command.lost_cases([_case("xnnpack", "passed", True), refused])
+
+
+def test_an_op_this_runtime_lacks_is_judged_by_the_suites_rule(tmp_path):
+    """No backend takes adaptive pooling in 3d or max pooling in 1d, and the pip runtime has no
+    kernel for either: composer's proof refuses the program; the suite skips the case (its list
+    of ops portable kernels lack) or passes it without running it (the list misses
+    _adaptive_avg_pool3d). composer's flow hands the suite the program composed unproven, and
+    the suite judges it as it judges plain's."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    report = tmp_path / "report.json"
+    suite = [sys.executable, "-m", "pytest", "--pyargs", command.SUITES["operators"], "--composer-flows=xnnpack"]  # fmt: skip
+    suite += ["-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), "-p", "no:cacheprovider"]  # fmt: skip
+    suite += ["--json-report", f"--json-report-file={report}", "-q"]
+    suite += ["-k", "test_adaptive_avgpool3d_dtype or test_adaptive_maxpool1d_batch_sizes"]
+    completed = subprocess.run(suite, check=False, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    cases = results.load(report)
+    verdicts = {(c.flow, c.key.split("[")[0]): results.verdict(c) for c in cases}
+    for flow in ("xnnpack", "composer_xnnpack"):
+        assert verdicts[(flow, "test_adaptive_avgpool3d.py::test_adaptive_avgpool3d_dtype")] == "passed undelegated"  # fmt: skip
+        assert verdicts[(flow, "test_adaptive_maxpool1d.py::test_adaptive_maxpool1d_batch_sizes")] == "skipped"  # fmt: skip
+    (composed,) = [c for c in cases if c.flow == "composer_xnnpack" and "maxpool1d" in c.key]
+    assert any("Missing operator: [1] aten::adaptive_max_pool2d.out" in line for line in composed.composer)  # fmt: skip
+    assert not results.differences(cases)
+
+
 PITFALL_PLUGIN = textwrap.dedent(
     """
     import pytest
