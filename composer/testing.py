@@ -118,17 +118,11 @@ def check_convex(plan: Plan, lowered: Any) -> None:
     )
 
 
-def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str, Any]):
+def _lowered_with_stand_ins(model, example_inputs, resolved):
     """The program ``composer.plan`` lowers to stand-ins (it returns only the plan)."""
     from composer.lower.export import export_model
     from composer.lower.priority import lower_in_order
-    from composer.registry.resolved import resolve_stack
-    from composer.registry.stack import Stack
 
-    settings = dict(settings)
-    registry = settings.pop("registry", None)
-    settings.pop("cache", None)
-    resolved = resolve_stack(Stack.of(backends, **settings), registry, must_lower_here=False)
     program = export_model(model, example_inputs)
     edge, _plan = lower_in_order(program, resolved.planned())
     return edge
@@ -158,10 +152,13 @@ class CompositionChecker:
         golden: str | None = None,
         **settings: Any,
     ) -> CheckResult:
-        import composer
+        from composer.pipeline.arguments import check_arguments
+        from composer.pipeline.compose import compose_model, plan_exported
+        from composer.pipeline.stages import Exported
         from composer.registry.resolved import resolve_stack
         from composer.registry.stack import Stack
 
+        cache = settings.get("cache", True)
         stack = Stack.of(backends, **{k: v for k, v in settings.items() if k != "cache"})
         if stack.placement == "measured":
             pytest.fail(
@@ -171,18 +168,20 @@ class CompositionChecker:
                 "lines in composer.toml read with composer.config.stack_from(path).",
                 pytrace=False,
             )
-        lowerable = not resolve_stack(stack, must_lower_here=False).stand_ins
-        if lowerable:
-            composition = composer.compose(model, backends, example_inputs, **settings)
+        # Resolved once: whether it lowers here, then what composes or plans it.
+        resolved = resolve_stack(stack, must_lower_here=False)
+        check_arguments(example_inputs, cache=cache)
+        if not resolved.stand_ins:
+            composition = compose_model(stack, resolved, model, example_inputs, cache=cache)
             plan = composition.plan
             verification = composition.verify()
             assert verification.ok, f"composed output differs from eager: {verification}"
             result = CheckResult(plan, True, verification.executor, verification.max_abs_error)
             lowered = composition.edge
         else:
-            plan = composer.plan(model, backends, example_inputs, **settings)
+            plan = plan_exported(stack, resolved, Exported(model, example_inputs), cache=cache)
             result = CheckResult(plan, False, "not run (planned with stand-ins)", float("nan"))
-            lowered = _lowered_with_stand_ins(model, backends, example_inputs, settings)
+            lowered = _lowered_with_stand_ins(model, example_inputs, resolved)
         check_convex(plan, lowered)
         if golden is not None:
             self._compare_golden(golden, plan)
@@ -279,15 +278,19 @@ def check_plugin(
 
 
 def _plugin_check_problem(registry, model, stack: list[str], inputs) -> str | None:
-    import composer
+    from composer.pipeline.compose import compose_model, plan_exported
+    from composer.pipeline.stages import Exported
     from composer.registry.resolved import resolve_stack
     from composer.registry.stack import Stack
 
     try:
-        planned = composer.plan(model, stack, inputs, registry=registry)
-        if resolve_stack(Stack.of(stack), registry, must_lower_here=False).stand_ins:
+        # Resolved once: what plans it, whether it lowers here, then what composes it.
+        given = Stack.of(stack)
+        resolved = resolve_stack(given, registry, must_lower_here=False)
+        planned = plan_exported(given, resolved, Exported(model, inputs), own_plugins=False)
+        if resolved.stand_ins:
             return None  # planned only: the backend cannot lower on this machine
-        composition = composer.compose(model, stack, inputs, registry=registry)
+        composition = compose_model(given, resolved, model, inputs, own_plugins=False)
         if composition.plan.partitions != planned.partitions:
             return "the plan's partitions differ from those lowering made"
         verification = composition.verify()

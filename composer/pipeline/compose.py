@@ -48,13 +48,28 @@ def plan(
     model, stack, dynamic_shapes = _recipe_applied(model, stack, example_inputs, dynamic_shapes)
     stack = Stack.of(stack, **settings)
     exported = Exported.of(model, example_inputs, dynamic_shapes)
-    cache = cache and cache_enabled()
     resolved = resolve_stack(stack, registry, must_lower_here=False)
+    return plan_exported(stack, resolved, exported, progress, cache, own_plugins=registry is None)
+
+
+def plan_exported(
+    stack: Stack,
+    resolved: ResolvedStack,
+    exported: Exported,
+    progress: Callable[[str], None] | None = None,
+    cache: bool = True,
+    *,
+    own_plugins: bool = True,
+) -> Plan:
+    """``plan`` of a model with ``stack`` resolved already (as ``resolved``, every backend
+    allowed a stand-in), for a caller that resolved it to decide something first (the testing
+    helpers): one resolve a call. ``own_plugins``: the installed plugins resolved it."""
+    cache = cache and cache_enabled()
     if stack.placement == "measured":  # it runs programs; a plain plan runs none
         _use_threads(stack)
         how = Composing(progress, cache_dir() if cache else None)
         return _measured(exported, stack, resolved, how).plan
-    return plan_resolved(exported, resolved, progress, cache and registry is None)
+    return plan_resolved(exported, resolved, progress, cache and own_plugins)
 
 
 def _recipe_applied(model: Model, stack: Any, example_inputs, dynamic_shapes):
@@ -127,10 +142,40 @@ def compose(
     if not several:
         _without_constant_methods(constant_methods)
         model, stack, dynamic_shapes = _recipe_applied(model, stack, example_inputs, dynamic_shapes)
-    stack, resolved = _resolved(stack, registry, **settings)
+    stack = Stack.of(stack, **settings)
+    _use_threads(stack)
+    # With measured placement each candidate must lower here, not the whole stack.
+    resolved = resolve_stack(stack, registry, must_lower_here=stack.placement != "measured")
+    return compose_model(
+        stack, resolved, model, example_inputs, progress=progress, cache=cache, jobs=jobs,
+        check=check, dynamic_shapes=dynamic_shapes, constant_methods=constant_methods,
+        own_plugins=registry is None,
+    )  # fmt: skip
+
+
+def compose_model(
+    stack: Stack,
+    resolved: ResolvedStack,
+    model: Model | Mapping[str, Any],
+    example_inputs: Sequence[Any] | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    cache: bool = True,
+    jobs: int | None = None,
+    check: bool = True,
+    dynamic_shapes: Any = None,
+    constant_methods: Mapping[str, Any] | None = None,
+    own_plugins: bool = True,
+) -> Composition | MethodsComposition:
+    """``compose`` of a model with ``stack`` resolved already (as ``resolved``; every backend
+    lowers here unless placement is measured), for a caller that resolved it to decide
+    something first (the testing helpers): one resolve a call. ``own_plugins``: the installed
+    plugins resolved it, so the whole program may be cached."""
+    _use_threads(stack)  # a no-op after compose's own: its caller may not have
+    several = isinstance(model, Mapping)
     cache = cache and cache_enabled()
     how = Composing(progress, cache_dir() if cache else None, 1 if several else _jobs(jobs),
-                    check, whole_cache=cache and registry is None)  # fmt: skip
+                    check, whole_cache=cache and own_plugins)  # fmt: skip
     compose_one = _stages(stack, resolved, how)
     if several:
         return compose_methods(model, resolved, compose_one, how, constant_methods=constant_methods)
@@ -142,15 +187,6 @@ def _without_constant_methods(constant_methods) -> None:
         raise ModelError(
             "constant_methods go with several methods: pass model as {'forward': model, ...}."
         )
-
-
-def _resolved(stack, registry: Registry | None, **settings) -> tuple[Stack, ResolvedStack]:
-    """The stack, its threads given to the runtime, and resolved once: with measured placement
-    each candidate must lower here, not the whole stack."""
-    stack = Stack.of(stack, **settings)
-    _use_threads(stack)
-    measuring = stack.placement == "measured"
-    return stack, resolve_stack(stack, registry, must_lower_here=not measuring)
 
 
 def _stages(stack: Stack, resolved: ResolvedStack, how: Composing):
