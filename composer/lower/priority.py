@@ -14,7 +14,7 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge_trans
 from executorch.exir.program._program import _default_decomposition_table
 from torch.export import ExportedProgram
 
-from composer.contract.backend_spec import safer_options_change
+from composer.contract.backend_spec import BackendSpec, safer_options_change
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed
 from composer.lower.compiler_raised import CompilerRaised, said
 from composer.lower.export import parameters_written, parameters_written_error
@@ -284,6 +284,18 @@ def _lowering_error(
     current = next((p for p in reversed(partitioners) if p.entered), None)
     if current is None:
         return _before_partitioning(cause, happened, partitioners, dims, program)
+    return _backend_failed(error, raised, happened, current, records)
+
+
+def _backend_failed(
+    error: Exception,
+    raised: CompilerRaised | None,
+    happened: str,
+    current: ComposerPartitioner,
+    records: list[PartitionRecord],
+) -> ComposerError:
+    """A failure while ``current``'s backend lowered: its stand-in's (composer's bug), its
+    plugin's ``preprocess`` answering wrong, or its compiler's, which moves partitions."""
     origin = current.backend.origin
     who = f"plugin {origin.name!r} ({origin.distribution}): backend {current.backend.name!r}"
     if current.stand_in:
@@ -306,9 +318,22 @@ def _lowering_error(
     message = f"{who} failed to lower: {raiser} raised {happened}"
     if not handed:
         return PluginError(message)
+    return _partitions_failed(message, happened, raised, current.backend.name,
+                              current.backend.spec, handed)  # fmt: skip
+
+
+def _partitions_failed(
+    message: str,
+    happened: str,
+    raised: CompilerRaised | None,
+    backend: str,
+    spec: BackendSpec,
+    handed: list[list[tuple[str, str]]],
+) -> PreprocessFailed:
+    """The partitions of ``handed`` that move down the stack: those the compiler raised on,
+    where composer knows them, else every one."""
     ops = {name: op for partition in handed for name, op in partition}
     everything = {name: name for name in ops}
-    spec = current.backend.spec
 
     def safer(failed: Iterable[str]) -> dict[str, str]:
         # options that cannot change the failed partitions would only compile them all again
@@ -319,7 +344,7 @@ def _lowering_error(
         # What composer handed the compiler when it raised.
         return PreprocessFailed(
             message,
-            current.backend.name,
+            backend,
             tuple(raised.nodes),
             raised.nodes,
             tuple((tuple(nodes), said(failed)) for nodes, failed in raised.failures),
@@ -330,7 +355,7 @@ def _lowering_error(
     unknown = f"(in one of its {len(handed)} partition(s), not known which: all move)"
     return PreprocessFailed(
         f"{message} {unknown}",
-        current.backend.name,
+        backend,
         tuple(everything),
         everything,
         ((tuple(everything), f"{happened} {unknown}"),),
