@@ -43,28 +43,34 @@ def chains_kept_with_their_ops(
     """Remove from ``taken`` (what a backend's support takes) the ops whose chains it does not
     all take and the weight chains whose ops it does not all take; returns why each went."""
     in_chain = _ChainMembers(name_of)
+    chains = _chains_by_op(graph, in_chain)
+    groups = _weight_groups(chains, _FromConstants(constants, in_chain), name_of)
+    needs = _needs(chains, groups, constants, in_chain, name_of)
+    return _dropped_until_settled(taken, needs, name_of)
 
-    weight: dict[torch.fx.Node, bool] = {}
 
-    def is_weight(node: torch.fx.Node) -> bool:  # a chain member computed from constants only
-        if node not in weight:
-            weight[node] = all(
-                arg in constants or (in_chain(arg) and is_weight(arg))
-                for arg in node.all_input_nodes
-            )
-        return weight[node]
+# A node, the nodes it is taken only with, and why it goes where one of them is not taken
+# (``{}``: the one missing).
+_Need = tuple[torch.fx.Node, list[torch.fx.Node], str]
 
-    def starts_a_chain(node: torch.fx.Node) -> bool:  # quantize(x, scale, zero point)
-        return _quantizes(node, name_of) and not any(
-            in_chain(arg) or arg in constants for arg in node.all_input_nodes
-        )
 
+def _chains_by_op(graph: torch.fx.Graph, in_chain: _ChainMembers):
+    """Each op that reads quantization plumbing, with the chain members it reads."""
     chains: dict[torch.fx.Node, list[torch.fx.Node]] = {}
     for node in graph.nodes:
         if node.op == "call_function" and not in_chain(node):
             chain = _upstream(node, in_chain)
             if chain:
                 chains[node] = chain
+    return chains
+
+
+def _weight_groups(
+    chains: dict[torch.fx.Node, list[torch.fx.Node]],
+    is_weight: Callable[[torch.fx.Node], bool],
+    name_of: Callable[[torch.fx.Node], str],
+) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """Each node of a quantized-weight op's group, with the ops whose group it is in."""
     # An op with a quantized weight (a linear, a convolution) is what integer kernels match,
     # with every chain feeding it and its output's quantize (XNNPACK's static quantized linear
     # is matched with it): those go only where it goes.
@@ -73,9 +79,18 @@ def chains_kept_with_their_ops(
         if any(map(is_weight, chain)):
             for node in [*chain, *(u for u in op.users if _quantizes(u, name_of))]:
                 groups.setdefault(node, []).append(op)
+    return groups
 
-    # Each node is taken only where every node it needs is.
-    needs = [
+
+def _needs(chains, groups, constants, in_chain, name_of) -> list[_Need]:
+    """An op needs the chains feeding it, from where each starts; a group's node, its ops."""
+
+    def starts_a_chain(node: torch.fx.Node) -> bool:  # quantize(x, scale, zero point)
+        return _quantizes(node, name_of) and not any(
+            in_chain(arg) or arg in constants for arg in node.all_input_nodes
+        )
+
+    return [
         (
             op,
             [n for n in chain if not starts_a_chain(n)],
@@ -86,6 +101,13 @@ def chains_kept_with_their_ops(
         (node, ops, "it is in the quantization group of {}, which goes elsewhere")
         for node, ops in groups.items()
     ]
+
+
+def _dropped_until_settled(
+    taken: set[torch.fx.Node], needs: list[_Need], name_of: Callable[[torch.fx.Node], str]
+) -> dict[torch.fx.Node, str]:
+    """Drop from ``taken`` each node that misses a node it needs, until none does: a node
+    dropped may be what another needs."""
     dropped: dict[torch.fx.Node, str] = {}
     changed = True
     while changed:
@@ -120,6 +142,23 @@ class _ChainMembers:
             self.known[node] = bool(name) and (
                 name.startswith(QUANTIZED_OPS)
                 or (short_op_name(name) in PASS_THROUGH and any(map(self, node.all_input_nodes)))
+            )
+        return self.known[node]
+
+
+class _FromConstants:
+    """Whether a chain member is computed from constants only: a quantized weight's chain.
+    Answers are kept, as ``_ChainMembers``' are."""
+
+    def __init__(self, constants: Collection[torch.fx.Node], in_chain: _ChainMembers) -> None:
+        self.constants, self.in_chain = constants, in_chain
+        self.known: dict[torch.fx.Node, bool] = {}
+
+    def __call__(self, node: torch.fx.Node) -> bool:
+        if node not in self.known:
+            self.known[node] = all(
+                arg in self.constants or (self.in_chain(arg) and self(arg))
+                for arg in node.all_input_nodes
             )
         return self.known[node]
 
