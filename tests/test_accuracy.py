@@ -305,7 +305,7 @@ def test_a_bf16_program_whose_error_builds_up_on_portable_kernels_computes_them_
     # kernels, which accumulate in bf16, at about 6x eager's error against fp64 (composer
     # refused it, "the error is in the 12 ops left to ExecuTorch's portable kernels"). No
     # delegate is to blame; the repair computes those ops in float32 (issue 56: a bf16
-    # transposed convolution CUDA declines lands there too).
+    # transposed convolution CUDA declines lands there too; tests/test_widened.py).
     torch.manual_seed(0)
     model = Bf16Mlp().eval().to(torch.bfloat16)
     inputs = (torch.randn(8, 256).to(torch.bfloat16),)
@@ -317,7 +317,7 @@ def test_a_bf16_program_whose_error_builds_up_on_portable_kernels_computes_them_
     rmse, eager = (
         float(x) for x in re.findall(r"rmse ([0-9.e-]+) against fp64, eager ([0-9.e-]+)", proof)[0]
     )
-    assert rmse < eager, proof  # float32 between the ops: nearer fp64 than eager's bf16
+    assert rmse <= eager * 1.01, proof  # each op in float32, rounded as eager rounds it
     (out,) = run_program(composition.buffer, list(inputs))
     assert out.dtype == torch.bfloat16  # the program's outputs keep the model's dtype
     assert Stack.of("xnnpack", widen_portable=True).settings()["widen_portable"] is True

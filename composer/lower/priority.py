@@ -22,7 +22,7 @@ from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.lower.runtime_kernels import target_kernels
 from composer.lower.size_reads import sizes_per_reader
-from composer.lower.widened import widen_portable_ops
+from composer.lower.widened import widened
 from composer.registry.resolved import ResolvedStack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
@@ -130,9 +130,9 @@ def _lower_once(
     with torch.no_grad():
         edge = _lower(program, partitioners, records, dims)
     if stack.widen_portable:
-        widened = widen_portable_ops(edge.exported_program())
-        if progress is not None and widened:
-            progress(f"{widened} op(s) on portable kernels computed in float32")
+        edge, count = widened(edge)
+        if progress is not None and count:
+            progress(f"{count} op(s) on portable kernels computed in float32")
     if progress is not None:
         progress(f"lowered with {', '.join(b.name for b in backends)} in "
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip

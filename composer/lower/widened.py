@@ -1,16 +1,17 @@
 """Ops left to ExecuTorch's portable kernels computed in float32 where the model is bf16 or fp16.
 
 Portable kernels compute a reduced-precision op in its own dtype, accumulations included, where
-eager on a GPU or XNNPACK accumulates in float32: a bf16 network whose convolutions or matmuls
-no backend of the stack takes misses the proof's bound there (a bf16 MLP left wholly to portable
-kernels erred 8x eager; a transposed convolution a CUDA stack declines, 6x). Widening those
-ops, with a cast where the program's values enter and leave them, computes what eager
-computes. The program's inputs, outputs and delegates keep their dtypes.
+eager (on a CPU or a GPU) accumulates in float32 and rounds the op's result: a bf16 network
+whose matmuls or convolutions no backend of the stack takes misses the proof's bound there (a
+bf16 MLP left wholly to portable kernels erred 8x eager; a bf16 transposed convolution a CUDA
+stack declines, 6x). Each such op here reads its inputs cast to float32 and rounds its result
+back, as eager does; the program's inputs, outputs and delegates keep their dtypes.
+
+It is an ExecuTorch ``ExportPass``: it retraces the program, so every value's metadata (a
+dynamic size's upper bound included) is ExecuTorch's own.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 from torch.export import ExportedProgram
@@ -19,33 +20,35 @@ REDUCED = (torch.bfloat16, torch.float16)
 WIDE = torch.float32
 
 
-def widen_portable_ops(program: ExportedProgram) -> int:
-    """Compute in float32 each op of ``program`` (an edge program, delegates lowered) that runs
-    on portable kernels in bf16 or fp16; return how many. ``program`` is changed in place."""
-    graph = program.graph_module.graph
-    widened = [node for node in graph.nodes if _widens(node)]
-    chosen = set(widened)
-    up: dict[torch.fx.Node, torch.fx.Node] = {}  # a reduced value -> its float32 copy
-    for node in widened:
-        for arg in node.all_input_nodes:
-            if arg in chosen or _dtype(arg) not in REDUCED:
-                continue
-            if arg not in up:
-                with graph.inserting_after(arg):
-                    up[arg] = _cast(graph, arg, WIDE)
-            node.replace_input_with(arg, up[arg])
-    for node in widened:
-        reduced = _dtype(node)
-        node.meta["val"] = _as(node.meta["val"], WIDE)
-        outside = [user for user in node.users if user not in chosen]
-        if outside and reduced is not None:
-            with graph.inserting_after(node):
-                down = _cast(graph, node, reduced)
-            for user in outside:
-                user.replace_input_with(node, down)
-    graph.lint()
-    program.graph_module.recompile()
-    return len(widened)
+def widened(edge):
+    """``edge`` (an ``EdgeProgramManager``, delegates lowered) with every op left to portable
+    kernels in bf16 or fp16 computed in float32, and how many ops that was."""
+    widen = _widen_pass()
+    ranges = _ranges(edge.exported_program())
+    result = edge.transform([widen])
+    # The retrace runs torch's convolution meta kernel in float32, which guards on the example's
+    # sizes to pick a CPU algorithm and so narrows a dynamic size's range (a transposed
+    # convolution's length, 8..400, became 8..320, and the program refused 400). No kernel
+    # here depends on that choice: the ranges the user exported with stand, and the proof runs
+    # the program at their bounds.
+    program = result.exported_program()
+    for shape_env in _shape_envs(program):
+        shape_env.var_to_range.update(ranges)
+    program._range_constraints = {**program.range_constraints, **ranges}
+    return result, widen.count
+
+
+def _ranges(program: ExportedProgram) -> dict:
+    return {sym: r for env in _shape_envs(program) for sym, r in env.var_to_range.items()}
+
+
+def _shape_envs(program: ExportedProgram) -> list:
+    envs = {}
+    for node in program.graph.nodes:
+        mode = getattr(node.meta.get("val"), "fake_mode", None)
+        if mode is not None and mode.shape_env is not None:
+            envs[id(mode.shape_env)] = mode.shape_env
+    return list(envs.values())
 
 
 def computes_reduced(program: ExportedProgram) -> bool:
@@ -54,50 +57,61 @@ def computes_reduced(program: ExportedProgram) -> bool:
     return any(
         node.op == "call_function"
         and isinstance(node.target, torch._ops.OpOverload)
-        and _dtype(node) in REDUCED
+        and _dtype(node.meta.get("val")) in REDUCED
         for node in program.graph.nodes
     )
 
 
-def _widens(node: torch.fx.Node) -> bool:
-    """An edge op whose float tensors, in and out, are all bf16 (or all fp16), and whose output
-    dtype follows its inputs' (no ``dtype`` argument): a delegate call, a cast, a factory are
-    left as they are."""
-    # Imported here: the proof asks on every compose, and a cache hit imports no compiler.
-    from executorch.exir.dialects.edge._ops import EdgeOpOverload
-
-    if node.op != "call_function" or not isinstance(node.target, EdgeOpOverload):
-        return False
-    if any(arg.name == "dtype" for arg in node.target._schema.arguments):
-        return False
-    dtypes = {_dtype(arg) for arg in node.all_input_nodes} | {_dtype(node)}
-    floats = {d for d in dtypes if d is not None and d.is_floating_point}
-    return len(floats) == 1 and floats <= set(REDUCED) and _dtype(node) in REDUCED
-
-
-def _dtype(node: torch.fx.Node) -> torch.dtype | None:
-    value = node.meta.get("val")
+def _dtype(value: object) -> torch.dtype | None:
     return value.dtype if isinstance(value, torch.Tensor) else None
 
 
-def _as(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    with getattr(value, "fake_mode", None) or contextlib.nullcontext():
-        return value.to(dtype)
-
-
-def _cast(graph: torch.fx.Graph, node: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
+def _widen_pass():
+    # Imported here: the proof asks computes_reduced on every compose, and a cache hit
+    # imports no compiler.
     from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+    from executorch.exir.pass_base import ExportPass, ProxyValue
 
-    value = node.meta["val"]
-    cast = graph.call_function(
-        exir_ops.edge.dim_order_ops._to_dim_order_copy.default,
-        (node,),
-        {"dtype": dtype, "dim_order": list(range(value.dim()))},
-    )
-    cast.meta.update({k: v for k, v in node.meta.items() if k in _KEPT_META})
-    cast.meta["val"] = _as(value, dtype)
-    return cast
+    cast_op = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
 
+    class WidenPortable(ExportPass):
+        """Each edge op whose float tensors, in and out, are all of one reduced dtype, and
+        whose output dtype follows its inputs' (no ``dtype`` argument: a cast or a factory is
+        left as it is), computes in float32."""
 
-# What a cast inherits from the value it casts: where it came from, for the plan's report.
-_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "debug_handle")
+        count = 0
+
+        def call_operator(self, op, args, kwargs, meta):
+            if not self._widens(op, args, kwargs, meta):
+                return super().call_operator(op, args, kwargs, meta)
+            self.count += 1
+            reduced = _dtype(meta["val"])
+            wide = torch.utils._pytree.tree_map(
+                lambda a: self._cast(a, WIDE, meta) if self._reduced(a) else a, (args, kwargs)
+            )
+            out = super().call_operator(op, *wide, meta)
+            return self._cast(out, reduced, meta)
+
+        def _widens(self, op, args, kwargs, meta) -> bool:
+            if not isinstance(op, EdgeOpOverload) or op is cast_op:
+                return False
+            if any(arg.name == "dtype" for arg in op._schema.arguments):
+                return False
+            values = [a.to_tensor() for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                      if isinstance(a, ProxyValue) and isinstance(a.data, torch.Tensor)]  # fmt: skip
+            floats = {v.dtype for v in values if v.dtype.is_floating_point}
+            out = _dtype(meta["val"])
+            return out in REDUCED and floats == {out}
+
+        @staticmethod
+        def _reduced(value) -> bool:
+            return isinstance(value, ProxyValue) and _dtype(value.data) in REDUCED
+
+        def _cast(self, value, dtype, meta):
+            order = list(range(value.to_tensor().dim()))
+            return super().call_operator(
+                cast_op, (value,), {"dtype": dtype, "dim_order": order}, meta
+            )
+
+    return WidenPortable()
