@@ -118,8 +118,21 @@ def check_convex(plan: Plan, lowered: Any) -> None:
     )
 
 
-def _lowered_with_stand_ins(model, example_inputs, resolved):
-    """The program ``composer.plan`` lowers to stand-ins (it returns only the plan)."""
+def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str, Any]):
+    """The program ``composer.plan`` lowers to stand-ins (it returns only the plan), for a
+    caller that has not resolved the stack (tests beside ``composer.plan``)."""
+    from composer.registry.resolved import resolve_stack
+    from composer.registry.stack import Stack
+
+    settings = dict(settings)
+    registry = settings.pop("registry", None)
+    settings.pop("cache", None)
+    resolved = resolve_stack(Stack.of(backends, **settings), registry, must_lower_here=False)
+    return _stand_ins_lowered(model, example_inputs, resolved)
+
+
+def _stand_ins_lowered(model, example_inputs, resolved):
+    """The program ``composer.plan`` lowers to stand-ins, with the stack resolved already."""
     from composer.lower.export import export_model
     from composer.lower.priority import lower_in_order
 
@@ -181,7 +194,7 @@ class CompositionChecker:
         else:
             plan = plan_exported(stack, resolved, Exported(model, example_inputs), cache=cache)
             result = CheckResult(plan, False, "not run (planned with stand-ins)", float("nan"))
-            lowered = _lowered_with_stand_ins(model, example_inputs, resolved)
+            lowered = _stand_ins_lowered(model, example_inputs, resolved)
         check_convex(plan, lowered)
         if golden is not None:
             self._compare_golden(golden, plan)
