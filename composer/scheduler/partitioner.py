@@ -312,48 +312,12 @@ class ComposerPartitioner(Partitioner):
         graph = exported_program.graph_module.graph
         guarded = foreign_delegate_nodes(graph)
         support = self.support(exported_program, guarded)
-        schedule = self.lowering.schedule
-        withheld = (
-            schedule.withheld_from(self, exported_program, guarded, support)
-            if schedule is not None
-            else {}
-        )
-        declined: dict[str, str] = {}
-
-        def is_offered_and_taken(node: torch.fx.Node) -> bool:
-            if node in guarded:
-                return False
-            reason = withheld.get(node.name) or self._left_before(node)
-            if reason is not None:
-                declined[node.name] = reason
-                return False
-            if not support.takes(node):
-                declined[node.name] = support.why_not(node)
-                return False
-            return True
-
-        taken = {n for n in graph.nodes if n.op == "call_function" and is_offered_and_taken(n)}
+        declined: dict[str, str] = {}  # node name -> why this backend does not take it
         constants = constant_placeholders(exported_program)
-        for node, why in chains_kept_with_their_ops(graph, taken, constants).items():
-            declined[node.name] = why
-        bounded = partition_within_boundary(
-            graph,
-            taken.__contains__,
-            self.min_partition_size,
-            support.refuses_at_boundary,
-            (
-                self._movable_constants(exported_program, guarded)
-                if support.refuses_at_boundary is not None
-                else set()
-            ),
+        taken = self._taken(exported_program, guarded, support, constants, declined)
+        partitions, joined = self._partitions(
+            exported_program, taken, guarded, support, constants, declined
         )
-        partitions, joined = bounded.partitions, bounded.constants
-        for name, why in bounded.left_out.items():
-            declined[name] = f"left out of its partition: {why}"
-        if self.backend.spec.needs_a_runtime_input:
-            partitions, dropped = reading_an_input(partitions, constants)
-            for node in dropped:
-                declined[node.name] = f"left out: {CONSTANTS_ONLY}"
         in_partition = {node for members in partitions for node in members}
         joined = {c for c in joined if any(user in in_partition for user in c.users)}
         for node in graph.nodes:
@@ -368,16 +332,7 @@ class ComposerPartitioner(Partitioner):
         left_whole = self._kept_whole_but_left(exported_program, guarded | in_partition)
         if left_whole:
             raise KeptWholeButLeft(left_whole)
-
-        tags: dict[str, DelegationSpec] = {}
-        compile_specs = self._compile_specs(support.compile_specs)
-        if partitions and self.check_backend_class:
-            self.backend_class()
-        for index, members in enumerate(partitions):
-            tag = f"{self.backend.name}_{index}"
-            for node in members:
-                node.meta[TAG] = tag
-            tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
+        tags = self._tagged(partitions, support)
         duplicated = tag_constants(
             exported_program,
             support.wanted_constants | joined,
@@ -397,6 +352,86 @@ class ComposerPartitioner(Partitioner):
                 )
             )
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    def _taken(
+        self,
+        program: ExportedProgram,
+        guarded: set[torch.fx.Node],
+        support: Support,
+        constants: Mapping[torch.fx.Node, str],
+        declined: dict[str, str],
+    ) -> set[torch.fx.Node]:
+        """The nodes this backend takes: offered to it (not guarded, not withheld by the
+        stack's schedule or an earlier attempt), supported, and with their quantization
+        chains; why it leaves each other node goes into ``declined``."""
+        schedule = self.lowering.schedule
+        withheld = (
+            schedule.withheld_from(self, program, guarded, support) if schedule is not None else {}
+        )
+
+        def is_offered_and_taken(node: torch.fx.Node) -> bool:
+            if node in guarded:
+                return False
+            reason = withheld.get(node.name) or self._left_before(node)
+            if reason is not None:
+                declined[node.name] = reason
+                return False
+            if not support.takes(node):
+                declined[node.name] = support.why_not(node)
+                return False
+            return True
+
+        graph = program.graph_module.graph
+        taken = {n for n in graph.nodes if n.op == "call_function" and is_offered_and_taken(n)}
+        for node, why in chains_kept_with_their_ops(graph, taken, constants).items():
+            declined[node.name] = why
+        return taken
+
+    def _partitions(
+        self,
+        program: ExportedProgram,
+        taken: set[torch.fx.Node],
+        guarded: set[torch.fx.Node],
+        support: Support,
+        constants: Mapping[torch.fx.Node, str],
+        declined: dict[str, str],
+    ) -> tuple[list[list[torch.fx.Node]], set[torch.fx.Node]]:
+        """The maximal convex partitions of ``taken`` this backend accepts at their boundaries,
+        and the constants they take in; why each node left out is goes into ``declined``."""
+        bounded = partition_within_boundary(
+            program.graph_module.graph,
+            taken.__contains__,
+            self.min_partition_size,
+            support.refuses_at_boundary,
+            (
+                self._movable_constants(program, guarded)
+                if support.refuses_at_boundary is not None
+                else set()
+            ),
+        )
+        partitions, joined = bounded.partitions, bounded.constants
+        for name, why in bounded.left_out.items():
+            declined[name] = f"left out of its partition: {why}"
+        if self.backend.spec.needs_a_runtime_input:
+            partitions, dropped = reading_an_input(partitions, constants)
+            for node in dropped:
+                declined[node.name] = f"left out: {CONSTANTS_ONLY}"
+        return partitions, joined
+
+    def _tagged(
+        self, partitions: list[list[torch.fx.Node]], support: Support
+    ) -> dict[str, DelegationSpec]:
+        """Each partition's nodes tagged for this backend, and what each tag delegates to."""
+        tags: dict[str, DelegationSpec] = {}
+        compile_specs = self._compile_specs(support.compile_specs)
+        if partitions and self.check_backend_class:
+            self.backend_class()
+        for index, members in enumerate(partitions):
+            tag = f"{self.backend.name}_{index}"
+            for node in members:
+                node.meta[TAG] = tag
+            tags[tag] = DelegationSpec(self._backend_id(), compile_specs)
+        return tags
 
     def support(self, program: ExportedProgram, guarded: set[torch.fx.Node]) -> Support:
         """What this backend says it can take in ``program`` (``guarded``: never offered)."""
