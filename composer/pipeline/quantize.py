@@ -24,8 +24,8 @@ from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpe
 from composer.contract.errors import ComposerError
 from composer.contract.op_names import op_name
 from composer.lower.export import Model, example_inputs_of, export_model, fresh_program
-from composer.registry.discovery import Registry
-from composer.registry.resolved import resolve_stack
+from composer.registry.discovery import Backend, Registry
+from composer.registry.resolved import ResolvedStack, resolve_stack
 from composer.registry.stack import Stack
 from composer.run.compare import compare
 from composer.scheduler.origins import origin_backends
@@ -143,28 +143,65 @@ def quantize(
     are as for :func:`composer.compose`, which takes the program this returns with the same
     stack.
     """
-    # Imported here: it imports executorch.exir, seconds that a cache hit elsewhere never pays.
-    from composer.lower.priority import lower_in_order
-
     # Quantizing plans the stack, which runs anywhere: every backend lowers to the stand-in.
     resolved = resolve_stack(Stack.of(stack, **settings), registry, must_lower_here=False)
-    stack, registry = resolved.stack, resolved.registry
+    quantizers = _quantizers(resolved)
+    program = _float_program(model, example_inputs, dynamic_shapes)
+    inputs = example_inputs_of(model, example_inputs)
+    planned = _planned_by_backend(program, inputs, resolved, quantizers)
+    region_quantizer = RegionQuantizer(
+        [Region(name, quantizer) for name, quantizer in quantizers.items()], planned
+    )
+    prepared = prepare_pt2e(program.module(check_guards=False), region_quantizer)
+    for batch in calibration if calibration is not None else [inputs]:
+        prepared(*batch)
+    converted = convert_pt2e(prepared)
+    if progress is not None:
+        for name, count in region_quantizer.annotated.items():
+            progress(f"{name}: quantized {count} node(s) with its quantizer")
+        _, worst = compare(converted(*inputs), program.module()(*inputs))
+        progress(f"quantized model against the float one: max |difference| {worst:.3g}")
+    return torch.export.export(converted, tuple(inputs), dynamic_shapes=dynamic_shapes)
 
-    def quantizer_of(backend) -> Quantizer | None:
-        return registry.quantizer(backend, stack.options.get(backend.name, {}))
 
-    quantizers = {b.name: q for b in resolved.backends if (q := quantizer_of(b)) is not None}
+def _quantizer_of(resolved: ResolvedStack, backend: Backend) -> Quantizer | None:
+    """A fresh quantizer of ``backend``'s, with its options (the hook promises one a call)."""
+    return resolved.registry.quantizer(backend, resolved.stack.options.get(backend.name, {}))
+
+
+def _quantizers(resolved: ResolvedStack) -> dict[str, Quantizer]:
+    """The quantizer of each backend of the stack that offers one; a ComposerError if none."""
+    quantizers = {
+        b.name: q for b in resolved.backends if (q := _quantizer_of(resolved, b)) is not None
+    }
     if not quantizers:
         raise ComposerError(
-            f"no backend of {list(stack.backends)} offers a quantizer (the composer_quantizer "
-            "hook), so there is nothing to quantize with: add one that does to the stack "
-            "(xnnpack's is XNNPACK's int8 quantizer)."
+            f"no backend of {list(resolved.stack.backends)} offers a quantizer (the "
+            "composer_quantizer hook), so there is nothing to quantize with: add one that does "
+            "to the stack (xnnpack's is XNNPACK's int8 quantizer)."
         )
+    return quantizers
+
+
+def _float_program(model: Model, example_inputs, dynamic_shapes: Any) -> ExportedProgram:
+    """``model`` exported, refused where it is quantized already."""
     program = export_model(model, example_inputs, dynamic_shapes)
-    inputs = example_inputs_of(model, example_inputs)
     if any(node.op == "call_function" and op_name(node).startswith(QUANTIZED_OPS)
            for node in program.graph.nodes):  # fmt: skip
         raise ComposerError("the model is already quantized: compose it as it is.")
+    return program
+
+
+def _planned_by_backend(
+    program: ExportedProgram,
+    inputs: Sequence[Any],
+    resolved: ResolvedStack,
+    quantizers: Mapping[str, Quantizer],
+) -> dict[str, str]:
+    """Which backend the plan gives each node of ``program``, a backend with a quantizer that
+    the float plan gives nothing planned again on the model its quantizer quantized whole."""
+    # Imported here: it imports executorch.exir, seconds that a cache hit elsewhere never pays.
+    from composer.lower.priority import lower_in_order
 
     def planned_for(candidate: ExportedProgram) -> dict[str, str]:
         edge, plan = lower_in_order(fresh_program(candidate, None), resolved.planned())
@@ -182,21 +219,10 @@ def quantize(
         if free:
             # A fresh quantizer for the trial: the hook promises one per call.
             trial = _taken_once_quantized(
-                backend.name, quantizer_of(backend), program, inputs, planned_for
+                backend.name, _quantizer_of(resolved, backend), program, inputs, planned_for
             )
             planned.update((n, b) for n, b in trial.items() if n in free)
-    regions = [Region(name, quantizer) for name, quantizer in quantizers.items()]
-    region_quantizer = RegionQuantizer(regions, planned)
-    prepared = prepare_pt2e(program.module(check_guards=False), region_quantizer)
-    for batch in calibration if calibration is not None else [inputs]:
-        prepared(*batch)
-    converted = convert_pt2e(prepared)
-    if progress is not None:
-        for name, count in region_quantizer.annotated.items():
-            progress(f"{name}: quantized {count} node(s) with its quantizer")
-        _, worst = compare(converted(*inputs), program.module()(*inputs))
-        progress(f"quantized model against the float one: max |difference| {worst:.3g}")
-    return torch.export.export(converted, tuple(inputs), dynamic_shapes=dynamic_shapes)
+    return planned
 
 
 def _taken_once_quantized(
