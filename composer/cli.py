@@ -119,7 +119,7 @@ def _lower(args: argparse.Namespace) -> int:
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
-    _write(composition, output, extra, summary_table(composition.plan))
+    _write(composition, output, extra, summary_table(composition.plan, verbose=args.verbose))
     if args.verify:
         result = composition.verify()
         print(f"verify: {result}")
@@ -646,6 +646,11 @@ def _add_lower_command(commands) -> None:
         "partition that fails is moved to the next backend)",
     )  # fmt: skip
     lower.add_argument("--quiet", action="store_true", help="no progress lines")
+    lower.add_argument(
+        "--verbose", action="store_true",
+        help="the whole plan: every fallback and why, and a measured placement's every "
+        "candidate, partition and region (by default: its choice, stated once)",
+    )  # fmt: skip
     lower.add_argument(
         "--beside-plain", action="store_true",
         help="also lower it as plain ExecuTorch does (the backends' own partitioners in one "

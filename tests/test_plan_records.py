@@ -119,3 +119,22 @@ def test_a_search_cut_short_and_an_untraced_choice_write_what_they_have():
     # A plan from before hosted timing says nothing of what traced it: ETDump did.
     old = TracedCall.from_dict({"execute_median_us": 5.0, "between_calls_us": 1.0, "runs": 30})
     assert old.timed_by == ETDUMP and "timer" not in old.to_dict()
+
+
+def test_lower_states_a_measured_choice_once_and_counts_the_fallbacks():
+    """Issue 58: the demo's measured placement printed two answers on one screen, each inside
+    the machine's noise, in about 80 lines. Without --verbose, `composer lower` states the
+    choice beside the fastest other candidate and the noise, and counts the fallbacks."""
+    plan = Plan.from_json((PLANS / "measured_plan.json").read_text())
+    short = summary_table(plan, verbose=False)
+    assert (
+        "placement: measured, chose xnnpack alone: median 6.7 us; the fastest other, "
+        "openvino,xnnpack (per region), 6.5 us (0.97x, one round); a candidate's two rounds "
+        "differed by up to 2%"
+    ) in short
+    assert "fallbacks: 1 node(s) no backend of the stack took" in short
+    assert "fallback aten_cumsum_default" not in short and "per partition" not in short
+    assert '    backends = ["xnnpack"]' in short  # the config that reproduces it stays
+    whole = summary_table(plan)
+    assert "fallback aten_cumsum_default" in whole and "per partition" in whole
+    assert len(short.splitlines()) < len(whole.splitlines())

@@ -20,8 +20,10 @@ from composer.scheduler.plans import (
 )
 
 
-def summary_table(plan: Plan) -> str:
-    """A plain-text table: one row per backend, then the totals."""
+def summary_table(plan: Plan, verbose: bool = True) -> str:
+    """A plain-text table: one row per backend, then the totals and what else the plan records.
+    ``verbose=False`` (``composer lower`` without ``--verbose``) states a measured placement's
+    choice in one line and counts the fallbacks instead of listing them."""
     rows = [("backend", "nodes", "partitions", "ops")]
     for backend in (*plan.backends, PORTABLE):
         ops = plan.ops_on(backend)
@@ -55,7 +57,7 @@ def summary_table(plan: Plan) -> str:
     if plan.quantization is not None:
         lines.append(f"quantized: {plan.quantization.reason}")
     if plan.placement is not None:
-        lines.extend(placement_lines(plan.placement))
+        lines.extend(placement_lines(plan.placement) if verbose else choice_lines(plan.placement))
     lines.extend(f"moved: {describe_repair(r)}" for r in plan.repairs)
     if plan.proof:
         lines.append(f"proof: {plan.proof}")
@@ -64,10 +66,70 @@ def summary_table(plan: Plan) -> str:
     used = {b: lib for b, lib in plan.libraries.items() if plan.nodes_on(b)}
     if used:
         lines.append("compiled with: " + ", ".join(f"{b}: {lib}" for b, lib in used.items()))
-    for fallback in plan.fallbacks:
-        why = "; ".join(f"{b}: {r}" for b, r in fallback.reasons)
-        lines.append(f"fallback {fallback.node} ({fallback.op}): {why}")
+    if verbose:
+        lines.extend(_fallback_lines(plan))
+    elif plan.fallbacks:
+        lines.append(
+            f"fallbacks: {len(plan.fallbacks)} node(s) no backend of the stack took, on portable "
+            "kernels (--verbose says why each)"
+        )
     return "\n".join(lines)
+
+
+def _fallback_lines(plan: Plan) -> list[str]:
+    return [
+        f"fallback {f.node} ({f.op}): " + "; ".join(f"{b}: {r}" for b, r in f.reasons)
+        for f in plan.fallbacks
+    ]
+
+
+def choice_lines(placement: Placement) -> list[str]:
+    """A measured placement's choice, stated once: the chosen candidate's time beside the
+    fastest other's, and the noise they were measured under (how far a candidate's two rounds
+    differed), then the configuration that reproduces it."""
+    timed = {c.candidate: c for c in placement.candidates if c.median_us is not None}
+    source = " (from the cache)" if placement.cached else ""
+    line = f"placement: measured{source}, chose {placement.chosen}"
+    chosen = timed.get(placement.chosen)
+    others = sorted((c for n, c in timed.items() if n != placement.chosen), key=_median)
+    if chosen is not None and others:
+        other = others[0]
+        us = _median(other)
+        ratio = us / _median(chosen)
+        rounds = "" if other.confirmed_median_us is not None else ", one round"
+        line += (
+            f": median {_median(chosen):.1f} us; the fastest other, {other.candidate}, "
+            f"{us:.1f} us ({ratio:.2f}x{rounds})"
+        )
+        noise = _noise(placement)
+        if noise is not None:
+            line += f"; a candidate's two rounds differed by up to {noise:.0%}"
+            if abs(ratio - 1) <= noise:
+                line += " (within that: either is as fast here)"
+    lines = [
+        line,
+        f"  {len(timed)} candidates timed (--verbose: each, and each partition and region)",
+    ]
+    config = placement.config.strip()
+    if config:
+        lines.append("  to reproduce without measuring, in composer.toml:")
+        lines += [f"    {entry}" for entry in config.splitlines()]
+    return lines
+
+
+def _noise(placement: Placement) -> float | None:
+    """The largest relative difference between a candidate's two rounds (``None``: no candidate
+    ran twice): what the machine's noise did to one program's median."""
+    return max(
+        (abs(c.confirmed_median_us - c.median_us) / c.median_us for c in placement.candidates
+         if c.confirmed_median_us is not None and c.median_us),
+        default=None,
+    )  # fmt: skip
+
+
+def _median(candidate) -> float:
+    again = candidate.confirmed_median_us
+    return candidate.median_us if again is None else again
 
 
 def methods_summary_table(
