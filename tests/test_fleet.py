@@ -12,6 +12,7 @@ import pytest
 
 import composer
 from composer.cli import main
+from composer.report.sweep_html import sweep_html
 
 
 def lines(path) -> list[dict]:
@@ -28,6 +29,7 @@ def test_a_local_sweep_writes_a_record_a_job_and_a_resumed_one_runs_only_the_res
     for record in records:
         assert record["ok"] and record["proof"].startswith("ran and matched eager"), record
         assert len(record["digest"]) == 16 and record["plan"]["backends"] == ["xnnpack"]
+        assert isinstance(record["from_cache"], bool)
     assert "zoo:cumsum_mlp" in table.read_text() and "<table>" in table.read_text()
     again = composer.sweep(["zoo:mlp", "zoo:cumsum_mlp"], ["xnnpack", "xnnpack,openvino"],
                            results=results, resume=True, workers=2)  # fmt: skip
@@ -119,3 +121,21 @@ def test_a_sweep_with_measured_placement_times_each_jobs_candidates_where_it_run
         match="placement must be one of priority, strict, measured, not 'fastest'",
     ):
         composer.sweep(["zoo:mlp"], ["xnnpack"], results=results, placement="fastest")
+
+
+def test_the_sweep_page_counts_the_jobs_filters_them_and_says_which_came_from_the_cache():
+    """Issue 58: the page had no summary, no filter, and did not say which jobs were cache
+    hits."""
+    records = [
+        {"model": "zoo:mlp", "stack": "xnnpack", "ok": True, "from_cache": True, "proof": "ran"},
+        {"model": "zoo:cnn", "stack": "xnnpack", "ok": True, "from_cache": False, "proof": "ran",
+         "golden_check": "differs from zoo_cnn.xnnpack.json: aten.relu.default: 1 -> 0"},
+        {"model": "zoo:nope", "stack": "xnnpack", "ok": False, "error": "ModelError: no"},
+    ]  # fmt: skip
+    page = sweep_html(records)
+    summary = "3 job(s): 2 composed (1 from the cache), 1 failed, 1 differ from their golden plan"
+    assert page.count(summary) == 2  # above the table and in its footer
+    rows = page.split("<tbody>")[1].split("</tbody>")[0].split("</tr>")[:-1]
+    assert [row.split('"')[1] for row in rows] == ["ok", "bad", "bad"]
+    assert "<td>hit</td>" in rows[0] and "<td>hit</td>" not in rows[1]
+    assert 'id=q placeholder="filter' in page and "only failures and golden differences" in page

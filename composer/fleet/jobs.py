@@ -95,6 +95,7 @@ def run_job(job: Mapping[str, str], bench: int = 0, placement: str = "priority")
             proof=plan.proof,
             digest=hashlib.sha256(composition.buffer).hexdigest()[:16],
             program_bytes=len(composition.buffer),
+            from_cache=composition.from_cache,
             golden=golden_summary(plan),
             plan=plan.to_dict(),
         )
