@@ -161,10 +161,6 @@ def _stage_classes(stack: tuple[str, ...], example_inputs: Any) -> dict[Any, Cal
     }
 
 
-# In a refusal, the runtime's words for an op it has no kernel for.
-MISSING_KERNEL = "Missing operator:"
-
-
 def _compose(program: Any, stack: tuple[str, ...], example_inputs: Any) -> Any:
     import composer
     from composer.contract.errors import ComposerError
@@ -181,13 +177,18 @@ def _compose(program: Any, stack: tuple[str, ...], example_inputs: Any) -> Any:
         composition = composed(check=True)
     except ComposerError as error:
         _note_refusal(stack, error)
-        if MISSING_KERNEL not in str(error):
-            raise
-        # The proof ran the program and this runtime has no kernel for an op no backend took.
-        # The suite has its own rule for that (it skips a case whose undelegated ops portable
-        # kernels lack, and passes one that delegated nothing without running it): the program
-        # composed unproven goes to the suite, which judges it as it judges plain's.
-        composition = composed(check=False)
+        # The proof runs every program; the suite runs none that delegates nothing (it skips
+        # one whose ops portable kernels lack or cannot run, and passes the others unrun).
+        # Where the program composed unproven delegates nothing, the proof's refusal (this
+        # runtime has no kernel for an op, or its kernel refuses the input) is one the suite
+        # never meets in plain's flow: the suite judges that program as it judges plain's.
+        try:
+            unproven = composed(check=False)
+        except ComposerError:
+            raise error from None
+        if unproven.plan.partitions:
+            raise  # the refusal: bare raise re-raises it once the inner handler is done
+        composition = unproven
     _note_composition(stack, composition.plan)
     return composition
 
