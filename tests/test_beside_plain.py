@@ -55,3 +55,22 @@ def test_where_plain_is_right_it_says_so():
         composition, program, resolve_stack(Stack.of("xnnpack"), must_lower_here=False)
     )
     assert outcome.describe() == "plain ExecuTorch, [XnnpackPartitioner]: right at the example too"
+
+
+@pytest.mark.skipif(not _openvino_here(), reason="OpenVINO does not lower here")
+def test_where_plain_fails_it_says_how_and_keeps_upstream_prints_off_the_terminal(capsys):
+    """A dynamic sequence length: OpenVINO's partitioner fails on the SymInt of a size
+    (plain writes nothing), where composer's program is proven at every length."""
+    model, inputs = zoo.load("transformer_block")
+    seq = torch.export.Dim("seq", min=2, max=16)
+    program = torch.export.export(model, inputs, dynamic_shapes=({1: seq},))
+    composition = composer.compose(program, "openvino,xnnpack", cache=False)
+    assert "at 4 sizes" in composition.plan.proof
+    capsys.readouterr()
+    stack = resolve_stack(Stack.of("openvino,xnnpack"), must_lower_here=False)
+    outcome = beside_plain(composition, program, stack)
+    assert outcome.describe() == (
+        "plain ExecuTorch, [OpenvinoPartitioner, XnnpackPartitioner]: failed, nothing written: "
+        "AttributeError: 'SymInt' object has no attribute 'type'"
+    )
+    assert "Op not supported" not in capsys.readouterr().out
