@@ -90,7 +90,7 @@ class _NotChosen(Exception):
 
 
 @attrs.frozen
-class _Layout:
+class _TimedLayout:
     """One layout, composed and run once: what it measures, its program and its traced calls."""
 
     what: str
@@ -149,7 +149,7 @@ class _Search:
             raise _NotChosen("nothing to choose per region: the whole-program candidates cover it")
         return support, regions
 
-    def compose_layouts(self, regions: Sequence[Region], support) -> list[_Layout]:
+    def compose_layouts(self, regions: Sequence[Region], support) -> list[_TimedLayout]:
         """The ``layouts`` that measure the regions, composed and run once each, as many as the
         budget allows; one that fails to compose or to run is left out with a note."""
         plans = layouts(regions, self.backends, self.hosted)
@@ -167,7 +167,7 @@ class _Search:
                 composed.append(layout)
         return composed
 
-    def _composed_and_run(self, what: str, assignment, candidate: Candidate) -> _Layout | None:
+    def _composed_and_run(self, what: str, assignment, candidate: Candidate) -> _TimedLayout | None:
         try:
             composition = self.compose_candidate(candidate)
         except ComposerError as error:
@@ -187,9 +187,9 @@ class _Search:
         except (ComposerError, RuntimeError) as error:
             self.notes.append(f"{what}: does not run: {first_line(error)}")
             return None
-        return _Layout(what, assignment, composition, runner, runs)
+        return _TimedLayout(what, assignment, composition, runner, runs)
 
-    def trace_together(self, composed: Sequence[_Layout]) -> dict[str, Any]:
+    def trace_together(self, composed: Sequence[_TimedLayout]) -> dict[str, Any]:
         """The layouts traced taking turns (ETDump; hosted, each call timed), by ``what``."""
         how = hosted_trace.HostedTrace.timer if self.hosted else etdump.ProgramTrace.timer
         self.found["timer"] = how
@@ -207,7 +207,7 @@ class _Search:
             raise _NotChosen(f"not traced: {first_line(error)}") from error
 
     def measured_costs(
-        self, regions: Sequence[Region], composed: Sequence[_Layout], traces: Mapping[str, Any]
+        self, regions: Sequence[Region], composed: Sequence[_TimedLayout], traces: Mapping[str, Any]
     ) -> Costs:
         """The ``costs`` read off every layout whose calls the trace matched."""
         programs = []

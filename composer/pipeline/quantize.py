@@ -35,7 +35,7 @@ ANNOTATION = "quantization_annotation"  # where PT2E quantizers put what they de
 
 
 @attrs.frozen
-class Region:
+class BackendQuantizer:
     """A backend of the stack and its quantizer, which may annotate the nodes the plan gives
     that backend (``RegionQuantizer.planned``)."""
 
@@ -51,7 +51,7 @@ class RegionQuantizer(Quantizer):
     region, or of no backend (portable kernels have no integer ops), is taken off again.
     """
 
-    def __init__(self, regions: Sequence[Region], planned: Mapping[str, str]) -> None:
+    def __init__(self, regions: Sequence[BackendQuantizer], planned: Mapping[str, str]) -> None:
         super().__init__()
         self.regions = tuple(regions)
         self.planned = dict(planned)  # exported program's node -> the backend that takes it
@@ -82,7 +82,7 @@ class RegionQuantizer(Quantizer):
             node.meta[ANNOTATION] = annotation
         return model
 
-    def _in(self, node: torch.fx.Node, region: Region) -> bool:
+    def _in(self, node: torch.fx.Node, region: BackendQuantizer) -> bool:
         """Whether ``node`` is ``region``'s: the plan says so, or it is a weight (get_attr) or
         input one of the region's nodes reads; a node the plan does not know (a view folded
         away) follows the quantizer that annotates it."""
@@ -150,7 +150,7 @@ def quantize(
     inputs = example_inputs_of(model, example_inputs)
     planned = _planned_by_backend(program, inputs, resolved, quantizers)
     region_quantizer = RegionQuantizer(
-        [Region(name, quantizer) for name, quantizer in quantizers.items()], planned
+        [BackendQuantizer(name, quantizer) for name, quantizer in quantizers.items()], planned
     )
     prepared = prepare_pt2e(program.module(check_guards=False), region_quantizer)
     for batch in calibration if calibration is not None else [inputs]:
