@@ -17,7 +17,7 @@ from composer.contract.hookspecs import hookimpl
 from composer.registry.stack import Stack
 from composer.report.plan_text import summary_table
 from composer.run import aoti_host, verification
-from composer.run.accuracy import judge, truth, unquantized
+from composer.run.accuracy import eager_in_precision, judge, truth, unquantized
 from composer.run.runtime import program_backend_ids, run_program
 
 
@@ -322,3 +322,20 @@ def test_a_bf16_program_whose_error_builds_up_on_portable_kernels_computes_them_
     assert out.dtype == torch.bfloat16  # the program's outputs keep the model's dtype
     assert Stack.of("xnnpack", widen_portable=True).settings()["widen_portable"] is True
     assert "widen_portable" not in Stack.of("xnnpack").settings()  # other cache keys stay
+
+
+class MaxWithIndices(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.max_pool1d(x, 2, return_indices=True)
+
+
+def test_a_bf16_backend_is_held_to_eager_integers_not_to_bf16_ties():
+    """ExecuTorch's suite through composer (session 27): eager in bf16 rounds 1.0 and 1.001 to
+    one value and picks the first index, where float32 (and OpenVINO) pick the second; the proof
+    then moved a right max-pool off OpenVINO ("integer outputs differ by 63")."""
+    module, x = MaxWithIndices(), torch.tensor([[[1.0, 1.001, 3.0, 2.0]]])
+    eager = module(x)
+    held_to, precision = eager_in_precision(module, (x,), eager, "bfloat16")
+    assert precision == "bfloat16"
+    assert torch.equal(held_to[1], eager[1]) and held_to[1].tolist() == [[[1, 2]]]
+    assert held_to[0].tolist() != eager[0].tolist()  # the values are bf16 eager's

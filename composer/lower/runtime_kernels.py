@@ -1,9 +1,11 @@
 """The operators the runtime that will run a program has kernels for, so lowering can leave
 undelegated only what that runtime can run.
 
-The pip runtime links ExecuTorch's portable, optimized and custom-op kernels: any op
-``to_executorch`` gives an out variant has one there, so it answers ``None`` (no limit beyond
-ExecuTorch's own). A C++ runtime built with fewer (bench/et_runtime's runner links the portable
+The pip runtime links ExecuTorch's portable, optimized and custom-op kernels, which cover most
+ops ``to_executorch`` gives an out variant, not all (1.5.1 has none for
+``_adaptive_avg_pool3d``, ``adaptive_max_pool3d`` or ``avg_pool3d``;
+``portable_lib._get_operator_names()`` lists what it has). It answers ``None`` there: the proof
+finds a missing kernel when it runs the program. A C++ runtime built with fewer (bench/et_runtime's runner links the portable
 kernels alone: no ``aten::linear.out``) says which it has: ``composer_et_runner
 --list-kernels``, asked once per build of the runner ``$COMPOSER_ET_RUNNER`` names.
 """

@@ -292,7 +292,22 @@ def eager_in_precision(
         for t in flatten_tensors(eager)
     )
     lowered = run_in_precision(module, inputs, dtype) if finer else None
-    return (eager, "") if lowered is None else (lowered, precision)
+    return (eager, "") if lowered is None else (_integers_of(eager, lowered), precision)
+
+
+def _integers_of(eager: Any, lowered: Any) -> Any:
+    """``lowered`` with its integer outputs taken from ``eager``: bf16's rounding ties values
+    that float32 keeps apart, so eager in bf16 picks other indices (a max-pool's, 63 apart),
+    where a backend computing in bf16 is held to its values, not to eager's ties."""
+    eager_leaves, _ = torch.utils._pytree.tree_flatten(eager)
+    lowered_leaves, spec = torch.utils._pytree.tree_flatten(lowered)
+    if len(eager_leaves) != len(lowered_leaves):
+        return lowered
+    kept = [
+        e if isinstance(e, torch.Tensor) and not e.is_floating_point() else lo
+        for e, lo in zip(eager_leaves, lowered_leaves, strict=True)
+    ]
+    return torch.utils._pytree.tree_unflatten(kept, spec)
 
 
 _QUANTIZE = {
