@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch.export import ExportedProgram
 
+from composer.lower.pending_symbols import shape_envs
+
 REDUCED = (torch.bfloat16, torch.float16)
 WIDE = torch.float32
 
@@ -32,23 +34,14 @@ def widened(edge):
     # here depends on that choice: the ranges the user exported with stand, and the proof runs
     # the program at their bounds.
     program = result.exported_program()
-    for shape_env in _shape_envs(program):
+    for shape_env in shape_envs([program]):
         shape_env.var_to_range.update(ranges)
     program._range_constraints = {**program.range_constraints, **ranges}
     return result, widen.count
 
 
 def _ranges(program: ExportedProgram) -> dict:
-    return {sym: r for env in _shape_envs(program) for sym, r in env.var_to_range.items()}
-
-
-def _shape_envs(program: ExportedProgram) -> list:
-    envs = {}
-    for node in program.graph.nodes:
-        mode = getattr(node.meta.get("val"), "fake_mode", None)
-        if mode is not None and mode.shape_env is not None:
-            envs[id(mode.shape_env)] = mode.shape_env
-    return list(envs.values())
+    return {sym: r for env in shape_envs([program]) for sym, r in env.var_to_range.items()}
 
 
 def computes_reduced(program: ExportedProgram) -> bool:

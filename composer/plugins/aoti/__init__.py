@@ -323,8 +323,9 @@ class AotiPlugin(BackendPlugin):
                 if node.target in own:
                     keep[node.target] = keep.get(node.target, False) or takes
                 else:
-                    keep[node.target] = keep.get(node.target, True) and takes
-                    keep[node.target] &= not is_core_alias(node)
+                    keep[node.target] = (
+                        keep.get(node.target, True) and takes and not is_core_alias(node)
+                    )
         return [op for op, ok in keep.items() if ok]
 
     def composer_compile_specs(self, backend, method_name, options):

@@ -235,19 +235,17 @@ def _is_1d_convolution(op, node) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() == 3
 
 
-_DILATION_ARG = {  # where each convolution overload holds its dilation
-    torch.ops.aten.convolution.default: 5,
-    torch.ops.aten.conv1d.default: 5,
-    torch.ops.aten.conv2d.default: 5,
-    torch.ops.aten.conv3d.default: 5,
-}
+# Convolutions whose dilation is their sixth argument.
+_DILATED_AT_5 = frozenset({
+    torch.ops.aten.convolution.default, torch.ops.aten.conv1d.default,
+    torch.ops.aten.conv2d.default, torch.ops.aten.conv3d.default,
+})  # fmt: skip
 
 
 def _is_dilated_convolution(op, node) -> bool:
-    at = _DILATION_ARG.get(op)
-    if at is None:
+    if op not in _DILATED_AT_5:
         return False
-    dilation = node.args[at] if len(node.args) > at else node.kwargs.get("dilation", 1)
+    dilation = node.args[5] if len(node.args) > 5 else node.kwargs.get("dilation", 1)
     return any(d != 1 for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation]))
 
 
