@@ -19,6 +19,7 @@ import torch
 from torch.export import ExportedProgram
 
 from composer.contract.backend_spec import Tolerance
+from composer.lower.compiler_raised import said
 from composer.lower.export import untouched_copies
 from composer.registry.discovery import Registry
 from composer.registry.resolved import ResolvedStack
@@ -26,6 +27,7 @@ from composer.run.composition import Composition
 from composer.run.inputs import sizes_to_prove
 from composer.run.runtime import program_backend_ids
 from composer.run.verification import expected_outputs, verify
+from composer.scheduler.plans import loosest_tolerance, precision_of
 
 
 @attrs.frozen
@@ -68,14 +70,10 @@ class _PlainPlan:
     quantization: Tolerance | None
 
     def tolerance(self) -> Tolerance | None:
-        declared = dict(self.tolerances)
-        if self.quantization is not None:
-            declared["quantized"] = self.quantization
-        return Tolerance.loosest(declared)
+        return loosest_tolerance(self.tolerances, self.quantization)
 
     def computes_in(self) -> str | None:
-        tolerance = self.tolerance()
-        return tolerance.precision if tolerance is not None and tolerance.precision else None
+        return precision_of(self.tolerance())
 
 
 @attrs.frozen
@@ -104,7 +102,7 @@ def beside_plain(
     try:
         buffer, data_files = _lowered(fresh, partitioners)
     except Exception as error:  # noqa: BLE001 - plain's failure is what this reports
-        return PlainOutcome(names, failed=_first_line(error))
+        return PlainOutcome(names, failed=said(error))
     delegated = program_backend_ids(buffer)
     tolerances = {
         backend.name: tolerance
@@ -174,12 +172,7 @@ def _judged(plain: _PlainProgram, inputs: tuple) -> str | None:
     try:
         result = verify(plain, inputs, expected_outputs(plain, inputs))
     except Exception as error:  # noqa: BLE001 - a run-time failure is plain's result
-        return f"failed at run time: {_first_line(error)}"
+        return f"failed at run time: {said(error)}"
     if result.ok:
         return None
     return f"max |plain - eager| = {result.max_abs_error:.3g}; {result.verdict.describe()}"
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0][:200] if text else ''}"

@@ -76,6 +76,22 @@ class Fallback:
         return cls(data["node"], data["op"], tuple(data["reasons"].items()))
 
 
+def loosest_tolerance(
+    tolerances: Mapping[str, Tolerance], quantization: Tolerance | None
+) -> Tolerance | None:
+    """One tolerance as loose as each backend's of ``tolerances`` and a quantized model's
+    allowance (``None``: the default)."""
+    declared = dict(tolerances)
+    if quantization is not None:
+        declared["quantized"] = quantization
+    return Tolerance.loosest(declared)
+
+
+def precision_of(tolerance: Tolerance | None) -> str | None:
+    """The precision ``tolerance`` judges against eager in (``"bfloat16"``), or ``None``."""
+    return tolerance.precision if tolerance is not None and tolerance.precision else None
+
+
 @attrs.frozen
 class Plan:
     """How a model is composed over a backend stack. ``to_json`` has stable keys, and
@@ -172,16 +188,13 @@ class Plan:
 
     def tolerance(self) -> Tolerance | None:
         """The loosest tolerance among the backends that took a node (``None``: the default)."""
-        declared = {b: t for b, t in self.tolerances.items() if self.nodes_on(b)}
-        if self.quantization is not None:
-            declared["quantized"] = self.quantization
-        return Tolerance.loosest(declared)
+        taking = {b: t for b, t in self.tolerances.items() if self.nodes_on(b)}
+        return loosest_tolerance(taking, self.quantization)
 
     def computes_in(self) -> str | None:
         """The lowest precision a backend that took a node computes float models in by design
         (``"bfloat16"``), or ``None``: the model's own."""
-        tolerance = self.tolerance()
-        return tolerance.precision if tolerance is not None and tolerance.precision else None
+        return precision_of(self.tolerance())
 
     def to_dict(self) -> dict[str, Any]:
         return {
