@@ -21,7 +21,7 @@ from composer.fleet.jobs import Job, ResultsFile, jobs_of, run_job
 from composer.lower.atomic import InterruptedAfterWriting, check_writable
 from composer.registry.stack import check_placement
 from composer.report.golden import describe_golden_diff
-from composer.report.sweep_html import sweep_html
+from composer.report.sweep_html import differs_from_golden, sweep_counts, sweep_html
 
 __all__ = ["Job", "SweepInterrupted", "SweepSummary", "jobs_of", "run_job", "sweep"]
 
@@ -37,15 +37,13 @@ class SweepSummary:
     @property
     def ok(self) -> bool:
         """Every job composed and proven, and matched its golden plan where there is one."""
-        return all(r["ok"] and not r.get("golden_check", "").startswith("differs") for r in
-                   self.records)  # fmt: skip
+        return all(r["ok"] and not differs_from_golden(r) for r in self.records)
 
     def describe(self) -> str:
-        failed = [r for r in self.records if not r["ok"]]
-        moved = [r for r in self.records if r.get("golden_check", "").startswith("differs")]
+        counts = sweep_counts(self.records)
         return (
-            f"{len(self.records)} job(s): {len(self.records) - len(failed)} composed, "
-            f"{len(failed)} failed, {len(moved)} differ from their golden plan "
+            f"{len(self.records)} job(s): {counts['composed']} composed, "
+            f"{counts['failed']} failed, {counts['differ']} differ from their golden plan "
             f"({self.ran} run now, {self.skipped} from an earlier run)"
         )
 

@@ -52,11 +52,12 @@ def sweep_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
         "composed": sum(1 for r in records if r["ok"]),
         "failed": sum(1 for r in records if not r["ok"]),
         "cached": sum(1 for r in records if r.get("from_cache")),
-        "differ": sum(1 for r in records if _differs(r)),
+        "differ": sum(1 for r in records if differs_from_golden(r)),
     }
 
 
-def _differs(record: dict[str, Any]) -> bool:
+def differs_from_golden(record: dict[str, Any]) -> bool:
+    """Whether a job's plan moved against its golden plan (``composer sweep --golden``)."""
     return record.get("golden_check", "").startswith("differs")
 
 
@@ -66,7 +67,7 @@ def _row(record: dict[str, Any]) -> str:
     latency = record.get("latency_us")
     timed = (f"{latency['median_us']:g}" if isinstance(latency, dict)
              else html.escape(str(latency or "")))  # fmt: skip
-    state = "ok" if record["ok"] and not _differs(record) else "bad"
+    state = "ok" if record["ok"] and not differs_from_golden(record) else "bad"
     cells = [
         record["model"], record["stack"], "ok" if record["ok"] else "failed",
         "hit" if record.get("from_cache") else "", where,
