@@ -88,8 +88,7 @@ def choice_lines(placement: Placement) -> list[str]:
     fastest other's, and the noise they were measured under (how far a candidate's two rounds
     differed), then the configuration that reproduces it."""
     timed = {c.candidate: c for c in placement.candidates if c.median_us is not None}
-    source = " (from the cache)" if placement.cached else ""
-    line = f"placement: measured{source}, chose {placement.chosen}"
+    line = _chose(placement)
     chosen = timed.get(placement.chosen)
     others = sorted((c for n, c in timed.items() if n != placement.chosen), key=_median)
     if chosen is not None and others:
@@ -111,10 +110,19 @@ def choice_lines(placement: Placement) -> list[str]:
         f"  {len(timed)} candidates timed (--verbose: each, and each partition and region)",
     ]
     config = placement.config.strip()
-    if config:
-        lines.append("  to reproduce without measuring, in composer.toml:")
-        lines += [f"    {entry}" for entry in config.splitlines()]
-    return lines
+    return lines + (_config_block(config) if config else [])
+
+
+def _chose(placement: Placement) -> str:
+    source = " (from the cache)" if placement.cached else ""
+    return f"placement: measured{source}, chose {placement.chosen}"
+
+
+def _config_block(config: str) -> list[str]:
+    """The composer.toml lines that reproduce a measured choice, as they go in the file."""
+    return ["  to reproduce without measuring, in composer.toml:"] + [
+        f"    {line}" for line in config.splitlines()
+    ]
 
 
 def _noise(placement: Placement) -> float | None:
@@ -147,8 +155,7 @@ def methods_summary_table(
 def placement_lines(placement: Placement) -> list[str]:
     """How a measured placement chose: every candidate's time, each partition's, the
     per-region search, and the configuration that reproduces the choice."""
-    source = " (from the cache)" if placement.cached else ""
-    lines = [f"placement: measured{source}, chose {placement.chosen}"]
+    lines = [_chose(placement)]
     if placement.threads:
         lines.append(f"  timed with XNNPACK on {placement.threads} thread(s)")
     for item in placement.candidates:
@@ -173,8 +180,7 @@ def placement_lines(placement: Placement) -> list[str]:
         lines += _region_lines(placement.regions)
     config = placement.config.strip()
     if "\n[" in config:  # with a table of pins: as it goes in the file
-        lines.append("  to reproduce without measuring, in composer.toml:")
-        lines += [f"    {line}" for line in config.splitlines()]
+        lines += _config_block(config)
     elif config:
         lines.append(
             f"  to reproduce without measuring, in composer.toml: {config.replace(chr(10), ', ')}"
