@@ -9,6 +9,7 @@ import os
 
 import pytest
 import torch
+from test_widened import Decoder  # a transposed 1-D convolution, which cuda declines
 from torch.export import Dim
 
 import composer
@@ -55,22 +56,6 @@ class Tcn(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.convs(x)
-
-
-class Decoder(torch.nn.Module):
-    """A transposed 1-D convolution (declined by cuda) between two others: on portable
-    kernels, computed in float32 by the proof's repair."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = torch.nn.Sequential(
-            torch.nn.Conv1d(64, 64, 3, padding=1), torch.nn.GELU(),
-            torch.nn.ConvTranspose1d(64, 32, 4, stride=2, padding=1), torch.nn.GELU(),
-            torch.nn.Conv1d(32, 16, 3, padding=1),
-        )  # fmt: skip
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.up(x)
 
 
 def _encoder():
