@@ -22,6 +22,7 @@ from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.lower.runtime_kernels import target_kernels
 from composer.lower.size_reads import sizes_per_reader
+from composer.lower.double_scales import doubled_scales
 from composer.lower.widened import widened
 from composer.registry.resolved import ResolvedStack
 from composer.scheduler.build import build_plan
@@ -133,6 +134,7 @@ def _lower_once(
         edge, count = widened(edge)
         if progress is not None and count:
             progress(f"{count} op(s) on portable kernels computed in float32")
+    doubled_scales(edge.exported_program())
     if progress is not None:
         progress(f"lowered with {', '.join(b.name for b in backends)} in "
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip
