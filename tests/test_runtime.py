@@ -26,6 +26,25 @@ def test_a_backend_the_runtime_lacks_is_named(stub_program):
     assert "XnnpackBackend" in message
 
 
+class _MaxPool3d(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.adaptive_max_pool3d(x, (2, 2, 2))
+
+
+def test_an_op_no_backend_took_and_the_runtime_lacks_is_named():
+    """XNNPACK declines adaptive max pooling in 3d and the portable kernels have none: the
+    refusal names the op and says what to do, not the backends this runtime registers."""
+    with pytest.raises(ComposerError) as caught:
+        composer.compose(_MaxPool3d(), ["xnnpack"], (torch.randn(1, 2, 4, 4, 4),), cache=False)
+    message = str(caught.value)
+    assert (
+        "it has no kernel for aten::adaptive_max_pool3d.out, which no backend of the stack took"
+        in message
+    )
+    assert "Add a backend that takes it" in message
+    assert "XnnpackBackend" not in message and "one by one" not in message, message
+
+
 def test_inputs_are_checked_against_the_method():
     model, inputs = zoo.load("mlp")
     loaded = LoadedProgram(composer.compose(model, ["xnnpack"], inputs).buffer)

@@ -17,12 +17,12 @@ from torch.export import ExportedProgram
 from composer.contract.backend_spec import BackendSpec, safer_options_change
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed
 from composer.lower.compiler_raised import CompilerRaised, said
+from composer.lower.double_scales import doubled_scales
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.lower.runtime_kernels import target_kernels
 from composer.lower.size_reads import sizes_per_reader
-from composer.lower.double_scales import doubled_scales
 from composer.lower.widened import widened
 from composer.registry.resolved import ResolvedStack
 from composer.scheduler.build import build_plan

@@ -162,9 +162,10 @@ def prove(composition: Provable) -> Proof:
         where = "".join(f"; {c.partition} ({c.backend}) {c.why}" for c in culprits)
         if mismatch and not culprits:
             where = f"; {outside_the_delegates(composition.plan)}"
-        raise ProgramFailed(
-            f"the composed program {failure}{where} (found by {HOW})", culprits, failure
-        )
+        # Only a delegate is found by running them one by one; a missing kernel, or an error
+        # outside every delegate, is said as the runtime said it.
+        how = f" (found by {HOW})" if culprits or mismatch else ""
+        raise ProgramFailed(f"the composed program {failure}{where}{how}", culprits, failure)
     seconds = time.perf_counter() - started
     return Proof(verification, why, seconds, tuple(ran) if len(sizes) > 1 else (), tuple(skipped))
 
