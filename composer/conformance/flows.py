@@ -8,6 +8,7 @@ makes it, in one ``to_edge_transform_and_lower``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
@@ -341,11 +342,60 @@ def suite_own_flows() -> dict[str, Any]:
     return getattr(suite_flow.all_flows, "suite_own", suite_flow.all_flows)()
 
 
+# --- where the suite runs a flow's programs --------------------------------------------
+
+
+def in_runner(flow: Any, runner: str) -> Any:
+    """``flow`` with its programs run in ExecuTorch's C++ runner ``runner`` (the one composer's
+    proof uses, ``$COMPOSER_ET_RUNNER``), not in the pip runtime: where that lacks a backend of
+    the stack (Vulkan) or does not load (a torch other than the one it was built for)."""
+    return dataclasses.replace(
+        flow, tester_factory=functools.partial(_runner_tester, flow.tester_factory, runner)
+    )
+
+
+def _runner_tester(factory: Callable, runner: str, module: Any, example_inputs: Any, **kwargs):
+    from executorch.backends.test.harness.stages import StageType
+
+    tester = factory(module, example_inputs, **kwargs)
+    serialize = functools.partial(_runner_serialize_class(), runner)
+    tester.stage_classes = tester.stage_classes | {StageType.SERIALIZE: serialize}
+    return tester
+
+
+@functools.cache
+def _runner_serialize_class() -> type:
+    from executorch.backends.test.harness.stages import Serialize
+    from torch.utils._pytree import tree_flatten
+
+    from composer.run.cpp_runtime import run_program
+
+    class RunnerSerialize(Serialize):
+        """The suite's serialize stage, its program run in ExecuTorch's C++ runner."""
+
+        def __init__(self, runner: str) -> None:
+            super().__init__()
+            self.runner = runner
+
+        def run_artifact(self, inputs: Any) -> list:
+            flat, _ = tree_flatten(inputs)
+            return run_program(self.runner, self.buffer, {}, flat)
+
+    return RunnerSerialize
+
+
 def install_flows(stacks: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """Make the suite's ``all_flows()`` answer these flows; call before its conftest imports."""
+    """Make the suite's ``all_flows()`` answer these flows; call before its conftest imports.
+    Where ``$COMPOSER_ET_RUNNER`` names a runner, every flow (plain's too) runs its programs in
+    it, as composer's proof then does."""
     from executorch.backends.test.suite import flow as suite_flow
 
+    from composer.run.cpp_runtime import runner_path
+
     flows = conformance_flows(stacks)
+    runner = runner_path()
+    if runner is not None:
+        flows = {name: in_runner(flow, runner) for name, flow in flows.items()}
     own = getattr(suite_flow.all_flows, "suite_own", suite_flow.all_flows)
 
     def all_flows() -> dict[str, Any]:
