@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from composer.conformance.flows import CASE_NOTES, check_stacks, install_flows, parse_stacks
+from composer.models.corpus import define_torchvision_ops
 
 # The suite seeds each case's random inputs from its name plus a run seed, random unless a
 # session is open: a fixed one gives composer's flow and plain's the same inputs.
@@ -23,6 +24,8 @@ def activate(config: pytest.Config, flows_text: str) -> None:
 
     from composer.contract.errors import ComposerError
 
+    # The suite's model tests import torchvision, whose wheel may be built for another torch.
+    define_torchvision_ops()
     stacks = parse_stacks(flows_text)
     if not stacks:
         raise pytest.UsageError(f"--composer-flows={flows_text!r} names no stack")

@@ -9,7 +9,7 @@ returns ``(eval module, example_inputs)``; inputs are small (64x64 to 160x160 im
 torchvision's wheel on the package index is built for CUDA torch: under a ``+cpu`` torch its
 ``_C`` extension does not load, and ``import torchvision`` then fails ("operator
 torchvision::nms does not exist") while registering fake kernels for its detection ops. The
-schemas of those ops are defined here first (:func:`_define_torchvision_ops`); no model of the
+schemas of those ops are defined here first (:func:`define_torchvision_ops`); no model of the
 corpus calls them (they are NMS and RoI pooling, which run after or beside what is exported).
 """
 
@@ -128,8 +128,9 @@ def _load_torchvisions_own_ops() -> None:
                 pass
 
 
-def _define_torchvision_ops() -> None:
-    """Define each ``torchvision::`` op schema that nothing has defined yet."""
+def define_torchvision_ops() -> None:
+    """Define each ``torchvision::`` op schema that nothing has defined yet, so that
+    ``import torchvision`` works where its native library does not load."""
     _load_torchvisions_own_ops()
     missing = []
     for schema in _TORCHVISION_SCHEMAS:
@@ -147,7 +148,7 @@ def _define_torchvision_ops() -> None:
 def _library(name: str):
     """The optional library ``name``, imported, or a ModelError saying how to install it."""
     # timm imports torchvision, and transformers may: define its ops whichever comes first.
-    _define_torchvision_ops()
+    define_torchvision_ops()
     try:
         with _quiet_imports():
             return importlib.import_module(name)
