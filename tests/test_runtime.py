@@ -38,7 +38,7 @@ def test_an_op_no_backend_took_and_the_runtime_lacks_is_named():
         composer.compose(_MaxPool3d(), ["xnnpack"], (torch.randn(1, 2, 4, 4, 4),), cache=False)
     message = str(caught.value)
     assert (
-        "it has no kernel for aten::adaptive_max_pool3d.out, which no backend of the stack took"
+        "it has no kernel for aten::adaptive_max_pool3d.out, and no delegate of the program runs it"
         in message
     )
     assert "Add a backend that takes it" in message

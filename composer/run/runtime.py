@@ -170,7 +170,7 @@ class LoadedProgram:
             if missing and not lacking:
                 raise ComposerError(
                     f"the ExecuTorch runtime cannot load method {method!r}: it has no kernel for "
-                    f"{', '.join(missing)}, which no backend of the stack took (ExecuTorch's "
+                    f"{', '.join(missing)}, and no delegate of the program runs it (ExecuTorch's "
                     "portable kernels lack it). Add a backend that takes it to the stack, or "
                     "change the model to avoid it."
                 ) from error
