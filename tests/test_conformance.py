@@ -288,3 +288,22 @@ def test_an_unknown_backend_is_refused_before_the_suite_runs():
     assert completed.returncode == 2, completed.stdout + completed.stderr
     assert "composer: error:" in completed.stderr and "nosuch" in completed.stderr
     assert "Traceback" not in completed.stderr and "flows:" not in completed.stdout
+
+
+def test_model_tests_run_beside_plain(tmp_path):
+    """``--models``: the suite's torchvision tests collect and run here, though torchvision's
+    wheel is built for another torch (its ops are defined as composer's corpus defines them);
+    torchaudio, not installed, is reported as a collection error and the rest run."""
+    argv = ["conformance", "--stack", "xnnpack", "--models", "--report-dir", str(tmp_path)]
+    argv += ["-k", "test_mobilenet_v2 and static_shapes"]
+    completed = subprocess.run(
+        [sys.executable, "-m", "composer.cli", *argv],
+        check=False, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    text = completed.stdout + completed.stderr
+    assert completed.returncode == 0, text[-4000:]
+    cases = results.load(tmp_path / "report.json")
+    assert {c.key.split("::")[0] for c in cases} == {"test_torchvision.py"}, text[-4000:]
+    counts = {row.flow: row for row in results.flow_counts(cases)}
+    for flow in ("xnnpack", "composer_xnnpack"):
+        assert counts[flow].passed == 1 and counts[flow].passed_undelegated == 0, counts
