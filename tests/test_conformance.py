@@ -307,3 +307,27 @@ def test_model_tests_run_beside_plain(tmp_path):
     counts = {row.flow: row for row in results.flow_counts(cases)}
     for flow in ("xnnpack", "composer_xnnpack"):
         assert counts[flow].passed == 1 and counts[flow].passed_undelegated == 0, counts
+
+
+def test_ctrl_c_keeps_the_report_of_the_cases_that_ran(tmp_path):
+    """A long run stopped by Ctrl-C (the terminal signals composer and pytest alike) keeps
+    pytest's report of the cases that ran, and its table: one line says it was interrupted."""
+    import signal
+    import time
+
+    argv = ["conformance", "--stack", "xnnpack", "-k", "test_linear or test_conv2d"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "composer.cli", *argv, "--report-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "pytest.ini").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)  # written just before pytest starts
+    time.sleep(20)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 130, out[-3000:] + err[-3000:]
+    assert (tmp_path / "report.json").exists() and (tmp_path / "report.csv").exists()
+    assert "interrupted: the tables count the cases that ran" in out, out[-3000:]
+    assert f"composer: interrupted after writing {tmp_path / 'report.json'}" in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]

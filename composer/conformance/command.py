@@ -8,6 +8,7 @@ that the caller's pytest settings (addopts, markers) do not change the suite's r
 from __future__ import annotations
 
 import importlib.util
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from composer.conformance.flows import (
     stack_name,
 )
 from composer.contract.errors import ComposerError
+from composer.lower.atomic import InterruptedAfterWriting
 
 SUITES = {
     "operators": "executorch.backends.test.suite.operators",
@@ -121,16 +123,47 @@ def run(
     check_stacks(stacks)
     print("flows: " + ", ".join(f"{COMPOSER_PREFIX}{stack_name(s)} beside {stack_name(s)}" for s in stacks))  # fmt: skip
     command = pytest_command(stacks, report_dir, models=models, keyword=keyword, jobs=jobs)
-    exit_code = subprocess.run(command, check=False).returncode
+    exit_code, interrupted = _pytest(command)
     report = report_dir / "report.json"
-    if exit_code not in (0, 1) or not report.exists():
+    if (exit_code not in (0, 1) and not interrupted) or not report.exists():
+        if interrupted:
+            raise KeyboardInterrupt
         raise ComposerError(f"the suite's run ended with pytest exit code {exit_code}; nothing to report")  # fmt: skip
     cases = results.load(report)
     results.write_suite_csv(report, report_dir / "report.csv")
+    if interrupted:
+        print("\ninterrupted: the tables count the cases that ran")
     print("\n".join(["", *flow_table(cases), "", *(difference_lines(cases) or ["composer and plain agree on every case"])]))  # fmt: skip
     print(f"\nreports: {report} and {report_dir / 'report.csv'}")
+    if interrupted:
+        raise InterruptedAfterWriting([report, report_dir / "report.csv"])
     broken = [r for r in results.flow_counts(cases) if r.lowered_nothing]
     return 1 if lost_cases(cases) or broken else 0
+
+
+# How long pytest may take, after Ctrl-C, to finish its case and write its report.
+REPORT_SECONDS = 120
+
+
+def _pytest(command: list[str]) -> tuple[int, bool]:
+    """pytest's exit code, and whether Ctrl-C stopped it. A terminal's Ctrl-C reaches pytest
+    too (one process group): it stops after the cases under way and writes its report, which
+    is worth waiting for after a long run. A signal sent to composer alone is passed on."""
+    process = subprocess.Popen(command)
+    try:
+        return process.wait(), False
+    except KeyboardInterrupt:
+        pass
+    try:
+        try:
+            return process.wait(timeout=5), True
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+        return process.wait(timeout=REPORT_SECONDS), True
+    except (KeyboardInterrupt, subprocess.TimeoutExpired):
+        process.kill()  # a second Ctrl-C, or a pytest that would not stop
+        process.wait()
+        raise KeyboardInterrupt from None
 
 
 def parse_stack(text: str) -> tuple[str, ...]:
