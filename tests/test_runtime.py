@@ -43,6 +43,10 @@ def test_an_op_no_backend_took_and_the_runtime_lacks_is_named():
     )
     assert "Add a backend that takes it" in message
     assert "XnnpackBackend" not in message and "one by one" not in message, message
+    # The program that failed, as composed, to look into (ExecuTorch's suite judges it when it
+    # delegates nothing, composer/conformance/flows.py): nothing delegated, its proof refused.
+    unrepaired = caught.value.unrepaired
+    assert not unrepaired.plan.partitions and unrepaired.plan.proof.startswith("refused: failed")
 
 
 def test_inputs_are_checked_against_the_method():

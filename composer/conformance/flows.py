@@ -183,10 +183,12 @@ def _compose(program: Any, stack: tuple[str, ...], example_inputs: Any) -> Any:
         # Where the program composed unproven delegates nothing, the proof's refusal (this
         # runtime has no kernel for an op, or its kernel refuses the input) is one the suite
         # never meets in plain's flow: the suite judges that program as it judges plain's.
-        try:
-            unproven = composed(check=False)
-        except ComposerError:
-            raise error from None
+        unproven = getattr(error, "unrepaired", None)
+        if unproven is None:  # refused after repairs, or before a program was built
+            try:
+                unproven = composed(check=False)
+            except ComposerError:
+                raise error from None
         if unproven.plan.partitions:
             raise  # the refusal: bare raise re-raises it once the inner handler is done
         composition = unproven

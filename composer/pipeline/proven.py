@@ -127,6 +127,9 @@ def _attempt(
     try:
         proof = prove(composition)
     except ProgramFailed as error:
+        if not failed:
+            composition.plan = attrs.evolve(composition.plan, proof=f"refused: {error.failure}")
+            error.unrepaired = composition
         # Before guessing at a delegate that matched its own subgraph (adds_up), or where
         # none is to blame: the bf16 ops on portable kernels (the H100's decoder moved a
         # convolution off cuda at 43% of its allowance before this repair made it right).

@@ -74,6 +74,9 @@ class ProgramFailed(ComposerError):
         super().__init__(message)
         self.culprits = tuple(culprits)
         self.failure = failure  # "does not match eager: max |composed - eager| = 0.03"
+        # The program as first composed, before any repair, where it is the one that failed:
+        # to look into, never to deploy (set by the pipeline).
+        self.unrepaired: Any = None
 
     @property
     def culprit(self) -> Culprit | None:
