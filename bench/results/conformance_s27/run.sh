@@ -7,7 +7,7 @@
 #   SUITE: operators or models
 set -u
 NAME=$1; SNAP=$2; FLOWS=$3; SUITE=$4; shift 4
-OUT=/work/main/bench/results/conformance_s27
+OUT=${OUT:-/work/main/bench/results/conformance_s27}  # OUT=DIR run.sh ...: records in DIR
 INI=/tmp/s27_ini_$NAME; mkdir -p $INI; printf '[pytest]\n' > $INI/pytest.ini
 source /work/main/.venv/bin/activate
 cd /tmp   # not the repo: cwd is first on sys.path, and the snapshot must win
