@@ -103,7 +103,10 @@ def _lower(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         terminal.interrupts.check()
         if not args.quiet:
-            print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr, flush=True)
+            # One write, its newline in it: print() writes the newline apart, and a Ctrl-C
+            # between the two put "composer: interrupted" at the end of this line.
+            sys.stderr.write(f"[{time.perf_counter() - started:6.1f}s] {line}\n")
+            sys.stderr.flush()
 
     if args.methods:
         return _lower_methods(args, stack, (model, inputs), progress, output, report)
