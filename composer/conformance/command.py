@@ -141,14 +141,18 @@ def run(
     return 1 if lost_cases(cases) or broken else 0
 
 
-# How long pytest may take, after Ctrl-C, to finish its case and write its report.
+# How long pytest may take, after Ctrl-C, to finish its case and write its report; and how
+# long composer waits before passing the signal on (a second SIGINT while pytest writes its
+# report would lose it, and xdist's workers take seconds to stop).
 REPORT_SECONDS = 120
+FORWARD_AFTER_SECONDS = 30
 
 
 def _pytest(command: list[str]) -> tuple[int, bool]:
     """pytest's exit code, and whether Ctrl-C stopped it. A terminal's Ctrl-C reaches pytest
     too (one process group): it stops after the cases under way and writes its report, which
-    is worth waiting for after a long run. A signal sent to composer alone is passed on."""
+    is worth waiting for after a long run. A signal sent to composer alone is passed on
+    once pytest has not stopped by itself."""
     process = subprocess.Popen(command)
     try:
         return process.wait(), False
@@ -156,7 +160,7 @@ def _pytest(command: list[str]) -> tuple[int, bool]:
         pass
     try:
         try:
-            return process.wait(timeout=5), True
+            return process.wait(timeout=FORWARD_AFTER_SECONDS), True
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGINT)
         return process.wait(timeout=REPORT_SECONDS), True
