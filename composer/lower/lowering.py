@@ -20,6 +20,7 @@ from torch.export import ExportedProgram
 from composer.contract.errors import ComposerError
 from composer.contract.op_names import op_name
 from composer.lower.cache import Store
+from composer.lower.double_scales import doubled_scales
 from composer.lower.serializable_outputs import outputs_made_serializable
 from composer.registry.resolved import ResolvedStack
 from composer.scheduler.plans import QUANTIZED_OPS, Plan
@@ -105,6 +106,8 @@ def written(edge: EdgeProgramManager, when: str) -> tuple[ExecutorchProgramManag
     ``when`` it happened."""
     if _left_quantized(edge):
         _load_quantized_kernels()
+        for method in edge.methods:
+            doubled_scales(edge.exported_program(method))
     for method in edge.methods:
         outputs_made_serializable(edge.exported_program(method))
     try:

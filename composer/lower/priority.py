@@ -17,7 +17,6 @@ from torch.export import ExportedProgram
 from composer.contract.backend_spec import BackendSpec, safer_options_change
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed
 from composer.lower.compiler_raised import CompilerRaised, said
-from composer.lower.double_scales import doubled_scales
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
 from composer.lower.pending_symbols import pending_symbols_set_aside
@@ -134,7 +133,6 @@ def _lower_once(
         edge, count = widened(edge)
         if progress is not None and count:
             progress(f"{count} op(s) on portable kernels computed in float32")
-    doubled_scales(edge.exported_program())
     if progress is not None:
         progress(f"lowered with {', '.join(b.name for b in backends)} in "
                  f"{time.perf_counter() - started:.1f} s")  # fmt: skip
