@@ -74,3 +74,20 @@ def test_a_float_backend_ahead_keeps_what_it_takes_float():
     program = composer.quantize(model, "openvino,xnnpack", inputs)
     ops = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
     assert not any("quantize" in op for op in ops)
+
+
+def test_a_model_no_backend_with_a_quantizer_takes_is_left_float_and_said():
+    # XNNPACK takes no argmin, float or quantized: its quantizer annotates nothing, so nothing
+    # is prepared or planned again (each PT2E prepare of XNNPACK's quantizer costs seconds).
+    class Argmin(torch.nn.Module):
+        def forward(self, x):
+            return torch.argmin(x, dim=1)
+
+    inputs = (torch.randn(4, 8, 16),)
+    said: list[str] = []
+    program = composer.quantize(Argmin(), "xnnpack", inputs, progress=said.append)
+    assert said == ["no node of the model goes to xnnpack: nothing quantized"]
+    ops = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert ops == {"aten.argmin.default"}
+    composition = composer.compose(program, "xnnpack", inputs, cache=False)
+    assert composition.plan.proof.startswith("ran and matched eager")

@@ -18,6 +18,7 @@ import attrs
 import torch
 import torch.fx
 from torch.export import ExportedProgram
+from torchao.quantization.pt2e import FakeQuantizeBase, ObserverBase
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpec
 
@@ -149,6 +150,13 @@ def quantize(
     program = _float_program(model, example_inputs, dynamic_shapes)
     inputs = example_inputs_of(model, example_inputs)
     planned = _planned_by_backend(program, inputs, resolved, quantizers)
+    if not set(planned.values()) & quantizers.keys():
+        # No backend with a quantizer takes a node: PT2E would annotate nothing worth an
+        # integer kernel, and preparing costs seconds (XNNPACK's quantizer traces its conv+bn
+        # patterns on every call), so the float program is the quantized one.
+        if progress is not None:
+            progress(f"no node of the model goes to {', '.join(quantizers)}: nothing quantized")
+        return program
     region_quantizer = RegionQuantizer(
         [BackendQuantizer(name, quantizer) for name, quantizer in quantizers.items()], planned
     )
@@ -237,6 +245,8 @@ def _taken_once_quantized(
     what an integer-only backend (Ethos-U) is given, which takes no node of the float model
     the plan first looks at. Its quantizer's annotations on them are the ones kept."""
     prepared = prepare_pt2e(program.module(check_guards=False), quantizer)
+    if not any(isinstance(m, (ObserverBase, FakeQuantizeBase)) for m in prepared.modules()):
+        return {}  # it annotated nothing: the trial would plan the float model again
     prepared(*inputs)
     trial = torch.export.export(convert_pt2e(prepared), tuple(inputs))
     return {node: taker for node, taker in planned_for(trial).items() if taker == backend}
