@@ -202,6 +202,35 @@ def test_a_delegate_one_percent_off_is_caught_named_and_moved(xnnpack_one_percen
     assert plan.proof.startswith("ran and matched eager")
 
 
+class HalvedCumsum(torch.nn.Module):
+    """A partition reading a size derived from the input's, ``(h + 1)//2``: the slice and the
+    cumsum stay off XNNPACK, the linear after them is its delegate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(torch.cumsum(x[:, ::2], dim=1))
+
+
+def test_a_delegate_reading_a_derived_size_is_judged_not_refused(xnnpack_one_percent_high):
+    # torch's input check of the delegate's subgraph cannot invert (h + 1)//2 and refused
+    # every size: the culprit search blamed the delegate for "cannot run at this size"
+    # (convnext_small in ExecuTorch's model tests, wrongly, at every round of repairs).
+    h = torch.export.Dim("h", min=4, max=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", composer.ComposerWarning)
+        composition = composer.compose(
+            HalvedCumsum(), "xnnpack", (torch.randn(1, 20, 16),),
+            dynamic_shapes={"x": {1: h}}, cache=False,
+        )  # fmt: skip
+    (repair,) = composition.plan.repairs
+    assert repair.why.startswith("does not match its subgraph"), repair.why
+    assert "against fp64" in repair.why
+    assert composition.plan.proof.startswith("ran and matched eager at 4 sizes")
+
+
 def test_strict_placement_writes_nothing_that_misses(xnnpack_one_percent_high, tmp_path):
     model, inputs = wide()
     out = tmp_path / "wide.pte"

@@ -43,6 +43,7 @@ from composer.run.runtime import (
     runtime_can_run,
     torch_mismatch,
 )
+from composer.run.subgraphs import subgraph_module
 
 
 class Hostable(Protocol):
@@ -299,7 +300,7 @@ def _hosted_delegate(
         # Said, not hidden: its time would be Python's.
         module.meta["in_python"].append((lowered_node.target, str(error).splitlines()[0]))
         # What executorch_call_delegate runs in Python, unlifted once, not per call.
-        return f"{lowered_node.target}_subgraph", lowered.original_module.module()
+        return f"{lowered_node.target}_subgraph", subgraph_module(lowered)
 
 
 def _call_instead(

@@ -25,6 +25,7 @@ from composer.run.accuracy import TOL, eager_in_precision, flatten_tensors, judg
 from composer.run.inputs import flat_inputs, sizes_to_prove
 from composer.run.program_table import delegate_call_at
 from composer.run.runtime import program_backend_ids, runtime_can_run
+from composer.run.subgraphs import run_subgraph, subgraph_module
 from composer.run.verification import Verification, expected_outputs, verify
 from composer.scheduler.origins import origin_name
 from composer.scheduler.plans import Plan, partition_of
@@ -377,7 +378,7 @@ class _DelegateChecker(torch.fx.Interpreter):
             if n.op == "get_attr" and self.fetch_attr(n.target) is lowered
         )
         try:
-            expected = super().call_function(target, args, kwargs)
+            expected = run_subgraph(lowered, *operands)
         except Exception as error:
             # The delegate's own subgraph refuses these inputs: it was made for other sizes
             # (a partition whose dynamic dim was specialized to the example's). Nothing after
@@ -423,7 +424,7 @@ class _DelegateChecker(torch.fx.Interpreter):
         """Judge the delegate's outputs ``got`` against its subgraph run in eager (``expected``
         is the reference's run of it): a miss is listed in ``failed``, a suspect kept in
         ``worst`` where it is the closest to its allowance so far."""
-        subgraph = lowered.original_module.module()
+        subgraph = subgraph_module(lowered)
         true, truth_name = truth(subgraph, operands)
         # a backend computing in bf16 by design is held to its subgraph run in bf16
         eager, eager_in = eager_in_precision(subgraph, operands, expected, self._precision(lowered))
