@@ -202,6 +202,26 @@ def test_a_delegate_one_percent_off_is_caught_named_and_moved(xnnpack_one_percen
     assert plan.proof.startswith("ran and matched eager")
 
 
+def test_repairs_stop_before_a_round_that_would_end_past_their_time(
+    xnnpack_one_percent_high, tmp_path
+):
+    # repair_time=0.5: half the first compose and proof again. The round that would move
+    # XNNPACK's partition takes about as long as the first, so it is not begun (before, the
+    # time was checked only after a round, and this one ran, 2x the first in all).
+    model, inputs = wide()
+    out = tmp_path / "wide.pte"
+    stack = composer.Stack(["xnnpack"], repair_time=0.5)
+    with pytest.raises(ComposerError) as raised:
+        composer.compose(model, stack, inputs, cache=False).save(out)
+    assert re.search(
+        r"repairs stopped after \d+ s: another round \(the last took \d+ s\) would end past "
+        r"repair_time=0\.5 times the first compose and proof \(\d+ s\)\. Tried: nothing yet\.",
+        str(raised.value),
+    ), str(raised.value)
+    assert "does not match its subgraph" in str(raised.value)
+    assert not out.exists()
+
+
 class HalvedCumsum(torch.nn.Module):
     """A partition reading a size derived from the input's, ``(h + 1)//2``: the slice and the
     cumsum stay off XNNPACK, the linear after them is its delegate."""
