@@ -70,6 +70,17 @@ def errors_logged(stderr: str, most: int = 4) -> list[str]:
     return list(dict.fromkeys(lines))[-most:]
 
 
+def no_kernel(missing: Sequence[str]) -> str:
+    """Why a runtime refuses a program that keeps ``missing`` (operators, from
+    :func:`missing_kernels`) outside its delegates, and what to do: one text for the pip
+    runtime and the C++ runner."""
+    return (
+        f"it has no kernel for {', '.join(missing)}, and no delegate of the program runs it "
+        "(ExecuTorch's portable kernels lack it). Add a backend that takes it to the stack, or "
+        "change the model to avoid it"
+    )
+
+
 def missing_kernels(stderr: str) -> list[str]:
     """The operators ``stderr`` of a failed load says the runtime has no kernel for."""
     found = (a or b for a, b in _MISSING.findall(stderr))
@@ -165,7 +176,7 @@ def run_pte_detailed(
             why = report.get("error") if report else f"exit status {done.returncode}"
             missing = missing_kernels(done.stderr)
             if missing:
-                why += f" (this runtime has no kernel for {', '.join(missing)})"
+                why += f" ({no_kernel(missing)})"
             said = errors_logged(done.stderr)
             if said:
                 why += f"; it logged: {' | '.join(said)}"

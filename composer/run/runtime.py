@@ -11,7 +11,7 @@ from composer.contract.backend_spec import Tolerance
 from composer.contract.errors import ComposerError
 from composer.contract.native_log import NativeLog
 from composer.registry.discovery import default_registry
-from composer.run.cpp_runtime import missing_kernels
+from composer.run.cpp_runtime import missing_kernels, no_kernel
 from composer.run.loads import note_loaded
 from composer.run.program_table import execution_plan, program_table
 
@@ -169,10 +169,7 @@ class LoadedProgram:
             missing = missing_kernels(log.text)
             if missing and not lacking:
                 raise ComposerError(
-                    f"the ExecuTorch runtime cannot load method {method!r}: it has no kernel for "
-                    f"{', '.join(missing)}, and no delegate of the program runs it (ExecuTorch's "
-                    "portable kernels lack it). Add a backend that takes it to the stack, or "
-                    "change the model to avoid it."
+                    f"the ExecuTorch runtime cannot load method {method!r}: {no_kernel(missing)}."
                 ) from error
             hint = CUDA_HINT if "CudaBackend" in lacking else ""
             raise ComposerError(
