@@ -161,6 +161,27 @@ def test_a_case_plain_did_not_run_is_not_lost():
     assert command.lost_cases([_case("xnnpack", "passed", True), refused])
 
 
+def test_a_case_a_stopped_run_never_called_is_not_counted():
+    """pytest-json-report writes a case under way when a deadline or Ctrl-C stopped the run
+    as "passed", with its setup alone (test_median_dtype on the H200, session 29): it did not
+    pass, it did not run."""
+    setup = {"duration": 0.001, "outcome": "passed"}
+    report = {"tests": [
+        {"nodeid": "test_median.py::test_median_dtype[vulkan+xnnpack-float32]",
+         "outcome": "passed", "metadata": {"subtests": []}, "setup": setup},
+        {"nodeid": "test_median.py::test_median_basic[vulkan+xnnpack]", "outcome": "passed",
+         "metadata": {"subtests": []}, "setup": setup,
+         "call": {"duration": 1.0, "outcome": "passed"}},
+        {"nodeid": "test_median.py::test_median_edge_cases[vulkan+xnnpack]",
+         "outcome": "skipped", "setup": {"duration": 0.001, "outcome": "skipped"}},
+    ]}  # fmt: skip
+    cases = results.read_cases(report)
+    assert [(c.key, c.outcome) for c in cases] == [
+        ("test_median.py::test_median_basic", "passed"),
+        ("test_median.py::test_median_edge_cases", "skipped"),
+    ]
+
+
 def test_an_op_this_runtime_lacks_is_judged_by_the_suites_rule(tmp_path):
     """XNNPACK takes none of adaptive pooling in 3d, max pooling in 1d, convolution in 3d; the
     pip runtime has no kernel for the first two and its convolution kernel refuses 5-d input:
