@@ -182,6 +182,18 @@ def test_a_case_a_stopped_run_never_called_is_not_counted():
     ]
 
 
+def test_each_worker_computes_on_its_share_of_the_cores():
+    assert command.worker_environment(2, {"PATH": "/bin"}, 2) == {
+        "PATH": "/bin",
+        "OMP_NUM_THREADS": "1",
+    }
+    assert command.worker_environment(3, {}, 16) == {"OMP_NUM_THREADS": "5"}
+    assert command.worker_environment(4, {}, 2) == {"OMP_NUM_THREADS": "1"}
+    # one process, or the user's own setting: left as it is
+    assert command.worker_environment(None, {}, 2) == {}
+    assert command.worker_environment(2, {"OMP_NUM_THREADS": "2"}, 2) == {"OMP_NUM_THREADS": "2"}
+
+
 def test_an_op_this_runtime_lacks_is_judged_by_the_suites_rule(tmp_path):
     """XNNPACK takes none of adaptive pooling in 3d, max pooling in 1d, convolution in 3d; the
     pip runtime has no kernel for the first two and its convolution kernel refuses 5-d input:
