@@ -91,3 +91,15 @@ def test_a_model_no_backend_with_a_quantizer_takes_is_left_float_and_said():
     assert ops == {"aten.argmin.default"}
     composition = composer.compose(program, "xnnpack", inputs, cache=False)
     assert composition.plan.proof.startswith("ran and matched eager")
+
+
+def test_a_node_is_the_backends_its_op_went_to_not_its_output_dequantize():
+    # XNNPACK takes no 3-d convolution, float or quantized. Quantized on trial, the dequantize
+    # after it (which descends from it) went to XNNPACK alone, and stood for the convolution:
+    # XNNPACK's quantizer was given it, and int8 kernels nobody runs were left to portable.
+    inputs = (torch.randn(1, 3, 8, 8, 8),)
+    said: list[str] = []
+    program = composer.quantize(torch.nn.Conv3d(3, 4, 3).eval(), "xnnpack", inputs,
+                                progress=said.append)  # fmt: skip
+    assert said == ["no node of the model goes to xnnpack: nothing quantized"]
+    assert not any("quantize" in str(n.target) for n in program.graph.nodes)

@@ -8,6 +8,9 @@ from collections.abc import Mapping
 
 import torch.fx
 
+from composer.contract.op_names import op_name
+from composer.scheduler.plans import QUANTIZED_OPS
+
 
 def origin_name(node: torch.fx.Node) -> str:
     """The name of the node of the first exported program that ``node`` descends from.
@@ -36,9 +39,14 @@ def origin_backends(
         lowered = getattr(graph_module, node.target, None) if node.op == "get_attr" else None
         if hasattr(lowered, "original_module"):
             graphs.append(lowered.original_module.graph)
-    return {
-        origin_name(node): node_backends[node.name]
-        for graph in graphs
-        for node in graph.nodes
-        if node.op == "call_function" and node.name in node_backends
-    }
+    computed: dict[str, str] = {}
+    requantized: dict[str, str] = {}
+    for graph in graphs:
+        for node in graph.nodes:
+            if node.op == "call_function" and node.name in node_backends:
+                # The quantize/dequantize PT2E put after an op descends from it too; where
+                # they went says nothing of where the op went (a lone dequantize delegated
+                # to XNNPACK gave it the 3-d convolution left to portable kernels).
+                kind = requantized if op_name(node).startswith(QUANTIZED_OPS) else computed
+                kind[origin_name(node)] = node_backends[node.name]
+    return {**requantized, **computed}
