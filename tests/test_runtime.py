@@ -80,3 +80,18 @@ def test_the_program_table_is_what_executorch_deserializes_without_the_segments(
         assert (read.inputs, read.values, read.chains, read.operators) == (
             deserialized.inputs, deserialized.values, deserialized.chains, deserialized.operators
         )  # fmt: skip
+
+
+def test_an_op_no_backend_took_whose_portable_kernel_refuses_its_inputs_is_named():
+    """XNNPACK takes no 3-d convolution, and the portable kernel takes 1-d and 2-d only: the
+    refusal quotes the kernel, names the op and says what to do."""
+    with pytest.raises(ComposerError) as caught:
+        composer.compose(torch.nn.Conv3d(3, 4, 3), ["xnnpack"], (torch.randn(1, 3, 6, 6, 6),),
+                         cache=False)  # fmt: skip
+    message = str(caught.value)
+    assert "Expect input tensor to be 3-D or 4-D, but got, 5" in message, message
+    assert (
+        "; aten::convolution.out runs on ExecuTorch's portable kernels (no delegate of the "
+        "program took it), which refuse these inputs: add a backend that takes it to the stack"
+        in message
+    ), message

@@ -166,6 +166,12 @@ def prove(composition: Provable) -> Proof:
         where = "".join(f"; {c.partition} ({c.backend}) {c.why}" for c in culprits)
         if mismatch and not culprits:
             where = f"; {outside_the_delegates(composition.plan)}"
+        elif not culprits and (kernel := _FAILED_KERNEL.search(failure)):
+            where = (
+                f"; {kernel[1]} runs on ExecuTorch's portable kernels (no delegate of the "
+                "program took it), which refuse these inputs: add a backend that takes it to "
+                "the stack, or change the model to avoid it"
+            )
         # Only a delegate is found by running them one by one; a missing kernel, or an error
         # outside every delegate, is said as the runtime said it.
         how = f" (found by {HOW})" if culprits or mismatch else ""
@@ -289,6 +295,8 @@ def missing_operator_nodes(
 
 
 _FAILED_CALL = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+)")
+# A kernel instruction (not a delegate's) that failed: ExecuTorch's method.cpp logs its op.
+_FAILED_KERNEL = re.compile(r"KernelCall failed at instruction [\d:]+ in operator (\w+::[\w.]+)")
 
 
 def _named_by_the_runtime(composition: Provable, failure: str) -> list[Culprit]:
