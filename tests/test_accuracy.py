@@ -14,6 +14,7 @@ from torch._dynamo.utils import same
 import composer
 from composer import BackendSpec, ComposerError, Tolerance
 from composer.contract.hookspecs import hookimpl
+from composer.pipeline import proven
 from composer.registry.stack import Stack
 from composer.report.plan_text import summary_table
 from composer.run import aoti_host, verification
@@ -203,11 +204,13 @@ def test_a_delegate_one_percent_off_is_caught_named_and_moved(xnnpack_one_percen
 
 
 def test_repairs_stop_before_a_round_that_would_end_past_their_time(
-    xnnpack_one_percent_high, tmp_path
+    xnnpack_one_percent_high, tmp_path, monkeypatch
 ):
     # repair_time=0.5: half the first compose and proof again. The round that would move
     # XNNPACK's partition takes about as long as the first, so it is not begun (before, the
-    # time was checked only after a round, and this one ran, 2x the first in all).
+    # time was checked only after a round, and this one ran, 2x the first in all). The first
+    # compose counts as it took: this model's second would be within the shortest counted.
+    monkeypatch.setattr(proven, "SHORTEST_COMPOSE", 0.0)
     model, inputs = wide()
     out = tmp_path / "wide.pte"
     stack = composer.Stack(["xnnpack"], repair_time=0.5)
@@ -220,6 +223,17 @@ def test_repairs_stop_before_a_round_that_would_end_past_their_time(
     ), str(raised.value)
     assert "does not match its subgraph" in str(raised.value)
     assert not out.exists()
+
+
+def test_a_small_models_repairs_are_not_decided_by_the_machines_load():
+    # CI, session 29: a 1 s first compose, its repair round 1.5 s on a busy machine, and the
+    # next round was refused (2.4 + 1.4 > 4 x 0.6) with the program unrepaired. The first
+    # compose counts as SHORTEST_COMPOSE seconds at least.
+    assert proven.round_fits(spent=2.4, last_round=1.4, first_compose=0.6, repair_time=3)
+    assert proven.round_fits(spent=4.6, last_round=4.6, first_compose=4.6, repair_time=1)
+    # a large model's budget is its own compose's: convnext_small's 1116 s of 747 allowed
+    assert not proven.round_fits(spent=700, last_round=100, first_compose=187, repair_time=3)
+    assert not proven.round_fits(spent=30, last_round=15, first_compose=12, repair_time=1)
 
 
 class HalvedCumsum(torch.nn.Module):

@@ -34,6 +34,11 @@ from composer.scheduler.plans import PORTABLE
 # Rounds of repairs, each moving every partition found failing (all those a compiler raised
 # on, or the one delegate the proof names); a stack of k backends moves a node at most k times.
 MAX_REPAIRS = 16
+# The first compose counts as at least this long when repairs are budgeted: a small model's
+# rounds take 1 to 5 s (the first in a process imports and warms its backends), and a busy
+# machine alone can double one, which decided whether its repairs ran (CI, session 29: a 1 s
+# compose stopped before its second repair).
+SHORTEST_COMPOSE = 10.0
 NOT_CHECKED = "not checked (check=False)"
 
 
@@ -46,7 +51,8 @@ def composed_and_proven(
 ) -> Composition:
     """``build(stack)``, proven where a runtime here runs it, repaired until it runs and is right:
     each partition that failed is pinned off its backend and ``build`` called again, for at most
-    ``stack.repair_time`` times as long as the first compose took. The plan says what was moved
+    ``stack.repair_time`` times as long as the first compose took (counted as at least
+    ``SHORTEST_COMPOSE`` seconds). The plan says what was moved
     and why (``plan.repairs``) and how the proof went (``plan.proof``). A program that is not
     right is never returned: where repairs run out, the error says what is wrong and what was
     tried."""
@@ -85,11 +91,9 @@ def composed_and_proven(
         if _round == MAX_REPAIRS or _all_moved_already(culprits, current):
             break
         spent = time.perf_counter() - started
-        # A round is not begun that would end past the budget, if it takes what the last one
-        # did (later rounds reuse the partitions compiled already): checked only between
-        # rounds, convnext_small's repairs took 1116 s of 747 allowed.
-        if first_compose is not None and spent + last_round > first_compose * (
-            1 + stack.repair_time
+        # later rounds reuse the partitions compiled already: the last round bounds the next
+        if first_compose is not None and not round_fits(
+            spent, last_round, first_compose, stack.repair_time
         ):
             raise _past_repair_time(stack, culprits, failed, spent, first_compose, last_round)
         failed.extend(culprits)
@@ -98,6 +102,14 @@ def composed_and_proven(
     _raise_with_tried(ComposerError(
         f"{culprits[0].describe()}, and moving it again changed nothing"
     ), failed)  # fmt: skip
+
+
+def round_fits(spent: float, last_round: float, first_compose: float, repair_time: float) -> bool:
+    """Whether another round of repairs, taking what the last one did, ends within
+    ``repair_time`` times the first compose (counted as at least ``SHORTEST_COMPOSE``) past it:
+    the time is checked only between rounds, and convnext_small's took 1116 s of 747 allowed
+    when a round was begun whatever it would cost."""
+    return spent + last_round <= max(first_compose, SHORTEST_COMPOSE) * (1 + repair_time)
 
 
 @attrs.frozen
@@ -217,10 +229,16 @@ def _past_repair_time(
     return ComposerError(
         f"{culprits[0].describe()}; repairs stopped after {spent:.0f} s: another round (the "
         f"last took {last_round:.0f} s) would end past repair_time={stack.repair_time:g} times "
-        f"the first compose and proof ({first_compose:.0f} s). Tried: {tried}. Nothing was "
+        f"the first compose and proof ({_counted(first_compose)}). Tried: {tried}. Nothing was "
         "written: raise repair_time (--repair-time) to search longer, or pin the failing "
         f"nodes off {culprits[0].backend} yourself."
     )
+
+
+def _counted(first_compose: float) -> str:
+    if first_compose >= SHORTEST_COMPOSE:
+        return f"{first_compose:.0f} s"
+    return f"{first_compose:.0f} s, counted as {SHORTEST_COMPOSE:g} s"
 
 
 def _say_safer_options(say: Callable[[str], None], repair: int, tried: Sequence[Culprit]) -> None:
