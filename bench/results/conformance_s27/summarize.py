@@ -1,17 +1,23 @@
 """The table and differences of session 27's conformance records.
 
-    python bench/results/conformance_s27/summarize.py RUN.json [RERUN.json ...]
+    python bench/results/conformance_s27/summarize.py RUN.json[.xz] [RERUN.json ...]
 
 A later file's cases replace the earlier's (same flow and case): a rerun of composer's failures
 with a fixed flow. A run stopped before its end (SIGINT) still writes its JSON report."""
 
+import json
+import lzma
 import sys
 
 from composer.conformance import command, results
 
 cases: dict[tuple[str, str], results.Case] = {}
 for path in sys.argv[1:]:
-    cases.update({(c.flow, c.key): c for c in results.load(path)})
+    # the large reports are kept xz-compressed (a tenth the size: the GPU machine's carry limit)
+    read = results.read_cases(json.loads(lzma.open(path).read())) if path.endswith(".xz") else (
+        results.load(path)
+    )
+    cases.update({(c.flow, c.key): c for c in read})
 merged = list(cases.values())
 print("\n".join(command.flow_table(merged)))
 print()
