@@ -6,10 +6,18 @@
 #   bash bench/gpu/conformance_vulkan.sh build   # carry bench/et_runtime/src, bench/et_runtime/vulkan/debs
 #       builds the runner (Vulkan + XNNPACK + portable, no CUDA) and writes $OUT/vk_runner.tar.xz:
 #       copy it to bench/et_runtime/carry/ for the runs
-#   bash bench/gpu/conformance_vulkan.sh run NAME [composer conformance args...]
-#       # carry .whl, .whl-conf, bench/et_runtime/carry, bench/et_runtime/vulkan/debs
-#       runs the suite (pytest ARGS, e.g. -k EXPR) with composer's vulkan+xnnpack flows, the JSON
-#       report in $OUT/NAME, each case's verdict in $OUT/NAME.log; RUN_SECONDS (520) stops it
+#   [SUITE=operators|models] [FLOWS=vulkan+xnnpack] [JOBS=15] [RUN_SECONDS=520] \
+#   bash bench/gpu/conformance_vulkan.sh run NAME [pytest args...]
+#       # carry .whl, .whl-conf, bench/et_runtime/carry/vk_runner.tar.xz, bench/et_runtime/vulkan/debs
+#       runs the suite SUITE (executorch.backends.test.suite.SUITE; default operators) with
+#       composer's flows FLOWS (--composer-flows; default vulkan+xnnpack; e.g. xnnpack), each beside
+#       the suite's plain flow; pytest ARGS, e.g. -k EXPR. SUITE may name a module too:
+#       SUITE=models.test_torchvision (without torchaudio installed, SUITE=models stops at
+#       collection: test_torchaudio.py fails to import, whatever -k selects). The JSON report
+#       in $OUT/NAME, each case's verdict in $OUT/NAME.log; JOBS xdist workers; RUN_SECONDS
+#       stops it (SIGINT, report kept).
+#       The runner is the Vulkan one either way (Vulkan + XNNPACK + portable); it runs plain
+#       XNNPACK programs too.
 set -u
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
@@ -42,9 +50,10 @@ run)
   # interrupted, wrote nothing: 9 device-minutes of cases lost, session 28).
   mkdir -p "$OUT/$NAME" && printf '[pytest]\n' >"$OUT/$NAME/pytest.ini"
   started=$(date +%s)
+  echo "suite ${SUITE:-operators}, flows ${FLOWS:-vulkan+xnnpack}, ${JOBS:-15} workers, ${RUN_SECONDS:-520} s"
   timeout -s INT "${RUN_SECONDS:-520}" python3 -m pytest \
-    --pyargs executorch.backends.test.suite.operators -c "$OUT/$NAME/pytest.ini" \
-    --rootdir "$OUT/$NAME" -p no:cacheprovider --composer-flows=vulkan+xnnpack \
+    --pyargs "executorch.backends.test.suite.${SUITE:-operators}" -c "$OUT/$NAME/pytest.ini" \
+    --rootdir "$OUT/$NAME" -p no:cacheprovider --composer-flows="${FLOWS:-vulkan+xnnpack}" \
     --json-report --json-report-file="$OUT/$NAME/report.json" -v --tb=no --disable-warnings \
     -rN -n "${JOBS:-15}" "$@" >"$OUT/$NAME.log" 2>&1
   echo "exit $? after $(($(date +%s) - started)) s"
