@@ -70,14 +70,18 @@ def errors_logged(stderr: str, most: int = 4) -> list[str]:
     return list(dict.fromkeys(lines))[-most:]
 
 
+# What to do about an op no delegate of a program took and ExecuTorch's portable kernels cannot
+# run (they lack it, or refuse its inputs): said alike wherever a runtime refuses one.
+NO_KERNEL_ADVICE = "add a backend that takes it to the stack, or change the model to avoid it"
+
+
 def no_kernel(missing: Sequence[str]) -> str:
     """Why a runtime refuses a program that keeps ``missing`` (operators, from
     :func:`missing_kernels`) outside its delegates, and what to do: one text for the pip
     runtime and the C++ runner."""
     return (
         f"it has no kernel for {', '.join(missing)}, and no delegate of the program runs it "
-        "(ExecuTorch's portable kernels lack it). Add a backend that takes it to the stack, or "
-        "change the model to avoid it"
+        f"(ExecuTorch's portable kernels lack it). {NO_KERNEL_ADVICE.capitalize()}"
     )
 
 

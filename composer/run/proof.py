@@ -169,8 +169,7 @@ def prove(composition: Provable) -> Proof:
         elif not culprits and (kernel := _FAILED_KERNEL.search(failure)):
             where = (
                 f"; {kernel[1]} runs on ExecuTorch's portable kernels (no delegate of the "
-                "program took it), which refuse these inputs: add a backend that takes it to "
-                "the stack, or change the model to avoid it"
+                f"program took it), which refuse these inputs: {cpp_runtime.NO_KERNEL_ADVICE}"
             )
         # Only a delegate is found by running them one by one; a missing kernel, or an error
         # outside every delegate, is said as the runtime said it.
