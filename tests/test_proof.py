@@ -19,7 +19,14 @@ from composer.contract.hookspecs import hookimpl
 from composer.models import zoo
 from composer.pipeline.proven import pinned_off
 from composer.report.plan_text import summary_table
-from composer.run.proof import _culprit, _named_by_the_runtime, localize, missing_operator_nodes
+from composer.run.accuracy import OutputVerdict, Verdict
+from composer.run.proof import (
+    _culprit,
+    _named_by_the_runtime,
+    _suspect_share,
+    localize,
+    missing_operator_nodes,
+)
 
 
 class BrittleBackend(BackendDetails):
@@ -212,6 +219,24 @@ def test_where_every_delegate_matches_its_subgraph_a_mismatch_names_the_one_erri
     culprit = localize(composition, mismatch=True)
     assert culprit is not None and culprit.backend == "openvino"
     assert "errs most of the delegates" in culprit.why
+
+
+def test_the_delegate_nearest_its_worst_element_allowance_is_the_suspect():
+    # A program can miss by a few elements alone (the worst element's bound): where every
+    # delegate passed alone, the one whose worst element came nearest its allowance is
+    # moved, not the one whose RMSE did while its elements stayed well within theirs.
+    def verdict(program_error: float, program_worst: float) -> Verdict:
+        output = OutputVerdict(
+            ok=True, max_abs=program_worst, program_error=program_error, eager_error=1e-6,
+            allowed=1e-3, program_worst=program_worst, eager_worst=1e-5, worst_allowed=1e-2,
+        )  # fmt: skip
+        return Verdict((output,), truth="fp64")
+
+    a_few_elements = _suspect_share(verdict(1e-4, 9e-3), None, None, "")
+    evenly = _suspect_share(verdict(5e-4, 5e-3), None, None, "")
+    assert a_few_elements == pytest.approx(0.9) and evenly == pytest.approx(0.5)
+    # no further from the truth than eager: no suspect, by either figure
+    assert _suspect_share(verdict(1e-6, 1e-5), None, None, "") == 0.0
 
 
 class WithNonPersistentBuffer(torch.nn.Module):

@@ -452,8 +452,8 @@ class _DelegateChecker(torch.fx.Interpreter):
 
 def _suspect_share(verdict, true: Any, expected: Any, eager_in) -> float:
     """How much of its allowance a delegate that passed used (program error / allowed, its
-    worst output), counting only outputs where it could be what makes the program miss; 0 where
-    it is no suspect."""
+    worst output, by RMSE or by its worst element), counting only outputs where it could be
+    what makes the program miss; 0 where it is no suspect."""
     # Only a delegate further from float64 than eager's run of its subgraph in the model's
     # dtype can be what makes the program miss: one as close or closer (a bf16 subgraph
     # as eager computes it) is no suspect, and moving it changes nothing for the better.
@@ -461,12 +461,26 @@ def _suspect_share(verdict, true: Any, expected: Any, eager_in) -> float:
     # against the model's fp32 (OpenVINO's bf16 partitions adding up: moved, they go right).
     # An error under dynamo's floor (tol / 10) is no one's: view-like delegates of a bf16
     # program differ from eager there by a rounding, and moving them was all a repair did.
-    baseline = [o.eager_error for o in verdict.outputs]
+    # The worst element counts as the RMSE does: a program can miss by a few elements alone.
+    baseline = [(o.eager_error, o.eager_worst) for o in verdict.outputs]
     if eager_in and true is not None:
         pairs = zip(flatten_tensors(true), flatten_tensors(expected), strict=False)
-        baseline = [rmse(t.double(), e.double()) for t, e in pairs]
-    return max(
-        (o.program_error / o.allowed for o, base in zip(verdict.outputs, baseline, strict=False)
-         if o.allowed and base is not None and o.program_error > max(base, TOL / 10)),
-        default=0.0,
-    )  # fmt: skip
+        baseline = [(rmse(t.double(), e.double()), _worst(t.double() - e.double()))
+                    for t, e in pairs]  # fmt: skip
+    shares = [0.0]
+    for o, (base, base_worst) in zip(verdict.outputs, baseline, strict=False):
+        if o.allowed and base is not None and o.program_error > max(base, TOL / 10):
+            shares.append(o.program_error / o.allowed)
+        worst = o.program_worst
+        if (
+            o.worst_allowed
+            and base_worst is not None
+            and worst
+            and worst > max(base_worst, TOL / 10)
+        ):
+            shares.append(worst / o.worst_allowed)
+    return max(shares)
+
+
+def _worst(difference: torch.Tensor) -> float:
+    return difference.abs().max().item() if difference.numel() else 0.0
