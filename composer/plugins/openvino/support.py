@@ -56,12 +56,19 @@ class OpenvinoSupport(ExplainedSupport):
     ) -> str | None:
         """Why the tensor ``node`` produces cannot enter or leave the OpenVINO delegate made of
         ``partition``'s nodes, or ``None`` if it can (composer keeps partitions to these)."""
-        refusal = boundary_refusal(node.meta.get("val"))
+        value = node.meta.get("val")
+        refusal = boundary_refusal(value)
         if refusal is None and node in partition and passes_through(node, partition):
             return (
                 "a delegate input passed through unchanged (an alias or a clone of it): "
                 "OpenVINO compiles that to no op and its runtime never writes such an output "
                 "(wrong values)"
+            )
+        if refusal is None and node in partition and _of_dynamic_size(value):
+            return (
+                f"an output of dynamic size {list(value.shape)}: OpenVINO's runtime binds a "
+                "delegate's outputs at the sizes ExecuTorch planned (the upper bounds) and never "
+                "resizes them, so at any other size the output keeps the upper bound's shape"
             )
         return refusal
 
@@ -154,6 +161,15 @@ def boundary_refusal(value: object) -> str | None:
             "contiguous (wrong values)"
         )
     return None
+
+
+def _of_dynamic_size(value: object) -> bool:
+    # OpenvinoBackend::execute (ExecuTorch 1.5.1) wraps each output tensor by its current sizes
+    # and data pointer and never calls resize_tensor: inputs of dynamic size are bound at the
+    # size they have, outputs at the upper bound they were planned at.
+    return isinstance(value, torch.Tensor) and any(
+        isinstance(size, torch.SymInt) for size in value.shape
+    )
 
 
 def takes_op(op: torch._ops.OpOverload) -> bool:
