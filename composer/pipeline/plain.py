@@ -19,6 +19,7 @@ import torch
 from torch.export import ExportedProgram
 
 from composer.contract.backend_spec import Tolerance
+from composer.contract.native_log import NativeLog
 from composer.lower.compiler_raised import said
 from composer.lower.export import untouched_copies
 from composer.registry.discovery import Registry
@@ -134,12 +135,15 @@ def _partitioners(
 @functools.cache
 def _suite_flows() -> dict[str, Any]:
     # Importing every backend's tester logs (and coremltools warns of) each that cannot load
-    # here: not the user's business while composer reads two partitioners.
-    from executorch.backends.test.suite.flow import all_flows
-
+    # here, and OpenVINO's imports pytorch_tokenizers, whose C++ part logs on fd 2 as it loads
+    # (on a cache hit composer has not imported it yet): not the user's business while
+    # composer reads two partitioners.
     logging.disable(logging.WARNING)
     try:
-        return all_flows()
+        with NativeLog().capture():
+            from executorch.backends.test.suite.flow import all_flows
+
+            return all_flows()
     finally:
         logging.disable(logging.NOTSET)
 
