@@ -64,6 +64,12 @@ class OpenvinoSupport(ExplainedSupport):
                 "OpenVINO compiles that to no op and its runtime never writes such an output "
                 "(wrong values)"
             )
+        if isinstance(value, torch.SymInt) and node not in partition:
+            return (
+                "a size computed at run time (a SymInt) entering the delegate: OpenVINO's "
+                "compile takes tensors only (openvino_compile: 'SymInt' object has no attribute "
+                "'type')"
+            )
         if refusal is None and node in partition and _of_dynamic_size(value):
             return (
                 f"an output of dynamic size {list(value.shape)}: OpenVINO's runtime binds a "
