@@ -13,10 +13,12 @@ from composer.conformance import command, results
 
 cases: dict[tuple[str, str], results.Case] = {}
 for path in sys.argv[1:]:
-    # the large reports are kept xz-compressed (a tenth the size: the GPU machine's carry limit)
-    read = results.read_cases(json.loads(lzma.open(path).read())) if path.endswith(".xz") else (
-        results.load(path)
-    )
+    if path.endswith(".xz"):
+        # the large reports are kept xz-compressed (a tenth the size: the GPU machine's carry)
+        with lzma.open(path) as compressed:
+            read = results.read_cases(json.loads(compressed.read()))
+    else:
+        read = results.load(path)
     cases.update({(c.flow, c.key): c for c in read})
 merged = list(cases.values())
 print("\n".join(command.flow_table(merged)))
