@@ -525,7 +525,8 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repair-time", type=_amount, metavar="TIMES",
         help="how long repairs may search for a program that runs and is right, in multiples "
-        "of the first compose, counted as at least 10 s (default 3); then composer stops, says why, and writes nothing",
+        "of the first compose, counted as at least 10 s (default 3); then composer stops, says "
+        "why, and writes nothing",
     )  # fmt: skip
     _add_threads_argument(parser)
     parser.add_argument(

@@ -87,8 +87,8 @@ class Stack:
       (:mod:`composer.run.cpu_threads`), set before composer runs a program; ``None``: the
       runtime's default, one per core. Measured placement times candidates with them.
     - ``repair_time``: how long repairs may search for a program that runs and is right, as a
-      multiple of the first compose (with its proof, counted as at least 10 s); past it, composer stops with what is
-      wrong, at which size, and what it moved, and writes nothing.
+      multiple of the first compose (with its proof, counted as at least 10 s); past it,
+      composer stops with what is wrong, at which size, and what it moved, and writes nothing.
     - ``widen_portable``: compute the ops left to ExecuTorch's portable kernels in float32
       where the model is bf16 or fp16 (:mod:`composer.lower.widened`); the proof's repair
       turns it on where the error builds up there.

@@ -191,6 +191,11 @@ def rmse(reference: torch.Tensor, value: torch.Tensor) -> float:
     return torch.sqrt(torch.mean(torch.square(reference - value))).item()
 
 
+def worst(reference: torch.Tensor, value: torch.Tensor) -> float:
+    """max |reference - value| (0 for empty tensors)."""
+    return (reference - value).abs().max().item() if reference.numel() else 0.0
+
+
 def _judge_one(
     got: torch.Tensor, want: torch.Tensor, true: torch.Tensor | None, steps: int
 ) -> OutputVerdict:
@@ -215,7 +220,7 @@ def _judge_one(
     program, eager = program.masked_fill(both_nan, 0.0), eager.masked_fill(both_nan, 0.0)
     if want.numel() == 0:
         return OutputVerdict(True, 0.0)
-    max_abs = (program - eager).abs().max().item()
+    max_abs = worst(eager, program)
     if true is None or not true.is_floating_point() or true.shape != want.shape:
         atol, rtol = default_tolerance(want.dtype)
         ok = torch.allclose(program, eager, atol=atol, rtol=rtol)
@@ -229,8 +234,7 @@ def _judge_one(
         true = torch.where(true.isfinite(), true, eager)  # eager decides where fp64 cannot
     program_error, eager_error = rmse(true, program), rmse(true, eager)
     allowed = multiplier(want.dtype, want.numel()) * eager_error + TOL / 10
-    program_worst = (true - program).abs().max().item()
-    eager_worst = (true - eager).abs().max().item()
+    program_worst, eager_worst = worst(true, program), worst(true, eager)
     worst_allowed = WORST_MULTIPLIER * eager_worst + TOL / 10
     # dynamo's first test: as close to eager as fp32 accumulation order ever makes two
     # programs (a bf16 program is never that close unless it computes what eager does)

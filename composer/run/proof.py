@@ -21,7 +21,15 @@ import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
-from composer.run.accuracy import TOL, eager_in_precision, flatten_tensors, judge, rmse, truth
+from composer.run.accuracy import (
+    TOL,
+    eager_in_precision,
+    flatten_tensors,
+    judge,
+    rmse,
+    truth,
+    worst,
+)
 from composer.run.inputs import flat_inputs, sizes_to_prove
 from composer.run.program_table import delegate_call_at
 from composer.run.runtime import program_backend_ids, runtime_can_run
@@ -465,22 +473,18 @@ def _suspect_share(verdict, true: Any, expected: Any, eager_in) -> float:
     baseline = [(o.eager_error, o.eager_worst) for o in verdict.outputs]
     if eager_in and true is not None:
         pairs = zip(flatten_tensors(true), flatten_tensors(expected), strict=False)
-        baseline = [(rmse(t.double(), e.double()), _worst(t.double() - e.double()))
+        baseline = [(rmse(t.double(), e.double()), worst(t.double(), e.double()))
                     for t, e in pairs]  # fmt: skip
     shares = [0.0]
     for o, (base, base_worst) in zip(verdict.outputs, baseline, strict=False):
         if o.allowed and base is not None and o.program_error > max(base, TOL / 10):
             shares.append(o.program_error / o.allowed)
-        worst = o.program_worst
+        element = o.program_worst
         if (
             o.worst_allowed
             and base_worst is not None
-            and worst
-            and worst > max(base_worst, TOL / 10)
+            and element
+            and element > max(base_worst, TOL / 10)
         ):
-            shares.append(worst / o.worst_allowed)
+            shares.append(element / o.worst_allowed)
     return max(shares)
-
-
-def _worst(difference: torch.Tensor) -> float:
-    return difference.abs().max().item() if difference.numel() else 0.0

@@ -8,8 +8,9 @@ to OpenVINO by its sizes alone: a 0-d tensor fails there (``ov_shape_create`` ta
 or more) and the delegate fails with error 0x1 at run time, and a tensor in another dim order
 than contiguous (channels last) is read or written as if it were contiguous; and an output
 that is a delegate input passed through unchanged (an alias or a clone of it) is never
-written, nor is an output of dynamic size resized (it keeps its upper bound's shape). Inside a delegate none of this matters. So whether a node may go to such a backend
-depends on where its partition ends, which is decided here, not by per-node support.
+written, nor is an output of dynamic size resized (it keeps its upper bound's shape). Inside
+a delegate none of this matters. So whether a node may go to such a backend depends on where
+its partition ends, which is decided here, not by per-node support.
 
 A backend's support object says which tensors it refuses at a partition's boundary
 (``reason_unsupported_at_boundary(node, partition) -> str | None``: ``node`` produces the
