@@ -156,6 +156,51 @@ def test_a_module_with_derived_dims_names_them_in_the_plan_text():
     assert "min (k=3)" in composition.plan.proof and "max (k=50)" in composition.plan.proof
 
 
+class Fire(torch.nn.Module):
+    """SqueezeNet's block: a 1x1 squeeze, then 1x1 and 3x3 expansions side by side."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.squeeze = torch.nn.Conv2d(channels, 4, 1)
+        self.one = torch.nn.Conv2d(4, 8, 1)
+        self.three = torch.nn.Conv2d(4, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.squeeze(x))
+        return torch.cat([torch.relu(self.one(x)), torch.relu(self.three(x))], 1)
+
+
+class Squeezed(torch.nn.Module):
+    """torchvision's squeezenet1_1 in small: three ceil-mode pools take ``16 * h`` down to
+    ``h - 1``, a size whose strides ExecuTorch compares through the root ``h`` itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.fire, self.last = torch.nn.Conv2d(3, 8, 3, stride=2), Fire(8), Fire(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pool = torch.nn.MaxPool2d(3, 2, ceil_mode=True)
+        x = pool(self.fire(pool(torch.relu(self.stem(x)))))
+        return torch.nn.functional.adaptive_avg_pool2d(self.last(pool(x)), 1).flatten(1)
+
+
+def test_a_derived_dims_root_has_the_examples_value_where_executorch_guards_on_it():
+    """The suite's torchvision tests export at ``16 * Dim`` sizes (ExecuTorch's backend test
+    suite on the GPU machine: squeezenet1_1 and alexnet failed ``to_executorch`` with "Could not
+    guard on data-dependent expression (s89 - 1)*(s99 - 1) < s99 - 1" where plain's lowered):
+    the program composer lowers, read back from torch.export's bytes, kept the example's value
+    for ``16*s89`` only, so a guard on ``s89`` itself found none."""
+    torch.manual_seed(0)
+    spec = ({2: 16 * Dim("h", min=1, max=8), 3: 16 * Dim("w", min=1, max=8)},)
+    inputs = (torch.randn(1, 3, 64, 64),)
+    program = torch.export.export(Squeezed().eval(), inputs, dynamic_shapes=spec)
+    assert _plain_runs(program, "xnnpack")
+    program = torch.export.export(Squeezed().eval(), inputs, dynamic_shapes=spec)
+    composition = composer.compose(program, "xnnpack", cache=False)
+    assert composition.plan.proof.startswith("ran and matched eager")
+    assert "max (h=8, w=8)" in composition.plan.proof
+
+
 def test_a_failure_in_composers_own_step_is_not_blamed_on_executorch():
     dims = ({"input": 0, "dim": 2, "size": "2*half", "ranges": {"half": [4, 64]}},)
     try:

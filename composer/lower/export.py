@@ -144,7 +144,26 @@ def load_program(source: Any) -> ExportedProgram:
     for env in shape_envs([program]):
         for key in [k for k in env.var_to_range if not isinstance(k, sympy.Symbol)]:
             del env.var_to_range[key]
+        _root_hints(env)
     return program
+
+
+def _root_hints(env: Any) -> None:
+    """Give each root symbol of a derived dim the example value the file keeps only for the
+    derived size (``16*s89: 224`` and no ``s89``). Without it the root reads as data-dependent:
+    torchvision's squeezenet at ``16 * Dim`` sizes failed ``to_executorch`` on "Could not guard on
+    data-dependent expression (s89 - 1)*(s99 - 1) < s99 - 1" where the program as exported
+    lowered, as plain's does."""
+    for hints in (env.var_to_val, getattr(env, "backed_var_to_val", None)):
+        if hints is None:
+            continue
+        for derived, value in list(hints.items()):
+            (root, *others) = derived.free_symbols or (None,)
+            if isinstance(derived, sympy.Symbol) or others or root is None or root in hints:
+                continue
+            solved = [s for s in sympy.solve(sympy.Eq(derived, value), root) if s.is_integer]
+            if len(solved) == 1:
+                hints[root] = sympy.Integer(solved[0])
 
 
 def parameters_written(program: ExportedProgram) -> list[str]:
