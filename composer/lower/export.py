@@ -161,6 +161,8 @@ def _root_hints(env: Any) -> None:
             (root, *others) = derived.free_symbols or (None,)
             if isinstance(derived, sympy.Symbol) or others or root is None or root in hints:
                 continue
+            if not derived.is_polynomial(root):  # a floor or a modulo of it has no one root
+                continue
             solved = [s for s in sympy.solve(sympy.Eq(derived, value), root) if s.is_integer]
             if len(solved) == 1:
                 hints[root] = sympy.Integer(solved[0])
