@@ -161,6 +161,22 @@ def test_a_case_plain_did_not_run_is_not_lost():
     assert command.lost_cases([_case("xnnpack", "passed", True), refused])
 
 
+def test_composers_time_is_weighed_on_the_cases_both_flows_ended():
+    """A run stopped by its deadline ends more of plain's cases than of composer's: the
+    GPU machine's model tests (session 31) summed each flow's own and said 0.80x plain where
+    the 7 cases both ended took 1.71x."""
+    cases = [
+        results.Case(flow, f"test_m.py::test_{name}", "passed", True, seconds, "", ())
+        for flow, name, seconds in [
+            ("xnnpack", "small", 10.0), ("xnnpack", "big", 100.0),
+            ("composer_xnnpack", "small", 17.0),
+        ]
+    ]  # fmt: skip
+    table = command.flow_table(cases)
+    assert table[2].endswith("1.70x plain (the 1 case both ended)"), table
+    assert command.flow_table(cases[:1] + cases[2:])[2].endswith("1.70x plain")
+
+
 def test_a_case_a_stopped_run_never_called_is_not_counted():
     """pytest-json-report writes a case under way when a deadline or Ctrl-C stopped the run
     as "passed", with its setup alone (test_median_dtype on the H200, session 29): it did not
