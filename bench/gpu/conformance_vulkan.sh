@@ -43,6 +43,11 @@ run)
   [ -n "${COMPOSER_VULKAN_RUNNER:-}" ] || { echo "no Vulkan runner"; exit 1; }
   # The suite runs every flow's programs in this runner; composer's proof does too.
   export COMPOSER_ET_RUNNER=$COMPOSER_VULKAN_RUNNER
+  # Each worker's torch on its share of the cores, as `composer conformance --jobs` sets it:
+  # with 8 workers of 16 threads each on 16 cores (session 31), one proof of mobilenet_v2 took
+  # 207 s and plain's whole case 84 s. The proof's time holds its float64 eager reference,
+  # which oversubscribed threads slow most (docs/conformance.md: 0.09 s became 99 s).
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / ${JOBS:-15} > 0 ? $(nproc) / ${JOBS:-15} : 1 ))}
   # hydra-core's pytest plugin fails to import with the carried antlr4 (gpu_setup.sh).
   export PYTEST_ADDOPTS="-p no:hydra_pytest"
   # pytest itself, not `composer conformance`: -v logs each case as it ends, which stays
@@ -50,7 +55,7 @@ run)
   # interrupted, wrote nothing: 9 device-minutes of cases lost, session 28).
   mkdir -p "$OUT/$NAME" && printf '[pytest]\n' >"$OUT/$NAME/pytest.ini"
   started=$(date +%s)
-  echo "suite ${SUITE:-operators}, flows ${FLOWS:-vulkan+xnnpack}, ${JOBS:-15} workers, ${RUN_SECONDS:-520} s"
+  echo "suite ${SUITE:-operators}, flows ${FLOWS:-vulkan+xnnpack}, ${JOBS:-15} workers of $OMP_NUM_THREADS threads, ${RUN_SECONDS:-520} s"
   timeout -s INT "${RUN_SECONDS:-520}" python3 -m pytest \
     --pyargs "executorch.backends.test.suite.${SUITE:-operators}" -c "$OUT/$NAME/pytest.ini" \
     --rootdir "$OUT/$NAME" -p no:cacheprovider --composer-flows="${FLOWS:-vulkan+xnnpack}" \
