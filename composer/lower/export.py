@@ -135,7 +135,8 @@ def _saved(program: ExportedProgram) -> bytes | None:
 
 
 def load_program(source: Any) -> ExportedProgram:
-    """``torch.export.load(source)``, with the loaded ShapeEnv's ranges keyed by symbols only."""
+    """``torch.export.load(source)``, with the loaded ShapeEnv's ranges keyed by symbols only
+    and each derived dim's root given its example value."""
     program = torch.export.load(source)
     # torch 2.13 loads a derived dim's range (``2*s44: [8, 128]``) into the ShapeEnv beside its
     # root's; the next retrace (every lowering, ExecuTorch's own) then fails in
