@@ -18,7 +18,7 @@ import attrs
 import torch
 
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
-from composer.run.accuracy import Verdict, eager_in_precision, judge, truth
+from composer.run.accuracy import Verdict, eager_in_precision, free_copy, judge, truth
 from composer.run.inputs import flat_inputs
 from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
 from composer.scheduler.plans import Plan
@@ -116,8 +116,12 @@ def eager_outputs(composition: Checkable, inputs: Sequence[Any]) -> Any:
     """Eager's outputs on ``inputs``, from a copy of the model: models that update buffers in
     place (a KV cache) start from the state of a freshly loaded program, however often this
     is called."""
-    with torch.no_grad():
-        return copy.deepcopy(composition.eager)(*inputs)
+    copied = copy.deepcopy(composition.eager)
+    try:
+        with torch.no_grad():
+            return copied(*inputs)
+    finally:
+        free_copy(copied)
 
 
 def _executor(composition: Checkable):
