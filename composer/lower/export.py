@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -97,7 +98,10 @@ class _Untouched:
     program that failed at every other length. A program loaded from bytes has its own.
     """
 
-    _kept: ClassVar[dict[int, tuple[ExportedProgram, bytes | None]]] = {}
+    # By the program's id, while it lives: a strong reference kept the last 8 programs a
+    # process composed, weights and all (a worker of ExecuTorch's test suite, composing vgg11
+    # after other torchvision models, was killed by the OOM killer at 15.3 GB of 24).
+    _kept: ClassVar[dict[int, tuple[weakref.ref, bytes | None]]] = {}
 
     def __init__(self, program: ExportedProgram, saved: bytes | None) -> None:
         self.program, self.saved = program, saved
@@ -105,11 +109,14 @@ class _Untouched:
     @classmethod
     def of(cls, program: ExportedProgram) -> _Untouched:
         kept = cls._kept.get(id(program))
-        if kept is None or kept[0] is not program:
-            kept = cls._kept[id(program)] = (program, _saved(program))
-            if len(cls._kept) > 8:  # a sweep composes many programs; keep the latest few
-                cls._kept.pop(next(iter(cls._kept)))
-        return cls(*kept)
+        if kept is not None and kept[0]() is program:
+            return cls(program, kept[1])
+        saved = _saved(program)
+        cls._kept[id(program)] = (weakref.ref(program), saved)
+        weakref.finalize(program, cls._kept.pop, id(program), None)
+        if len(cls._kept) > 8:  # a sweep composes many programs; keep the latest few
+            cls._kept.pop(next(iter(cls._kept)))
+        return cls(program, saved)
 
     def copy(self) -> ExportedProgram:
         if self.saved is None:
@@ -155,18 +162,18 @@ def _root_hints(env: Any) -> None:
     torchvision's squeezenet at ``16 * Dim`` sizes failed ``to_executorch`` on "Could not guard on
     data-dependent expression (s89 - 1)*(s99 - 1) < s99 - 1" where the program as exported
     lowered, as plain's does."""
-    for hints in (env.var_to_val, getattr(env, "backed_var_to_val", None)):
-        if hints is None:
+    # torch 2.13 names them backed_var_to_val (var_to_val, deprecated, is the same dict); 2.11
+    # (the GPU machine's) var_to_val alone
+    hints = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
+    for derived, value in list(hints.items()):
+        (root, *others) = derived.free_symbols or (None,)
+        if isinstance(derived, sympy.Symbol) or others or root is None or root in hints:
             continue
-        for derived, value in list(hints.items()):
-            (root, *others) = derived.free_symbols or (None,)
-            if isinstance(derived, sympy.Symbol) or others or root is None or root in hints:
-                continue
-            if not derived.is_polynomial(root):  # a floor or a modulo of it has no one root
-                continue
-            solved = [s for s in sympy.solve(sympy.Eq(derived, value), root) if s.is_integer]
-            if len(solved) == 1:
-                hints[root] = sympy.Integer(solved[0])
+        if not derived.is_polynomial(root):  # a floor or a modulo of it has no one root
+            continue
+        solved = [s for s in sympy.solve(sympy.Eq(derived, value), root) if s.is_integer]
+        if len(solved) == 1:
+            hints[root] = sympy.Integer(solved[0])
 
 
 def parameters_written(program: ExportedProgram) -> list[str]:
