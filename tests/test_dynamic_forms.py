@@ -217,6 +217,26 @@ def test_a_failure_in_composers_own_step_is_not_blamed_on_executorch():
     assert "bug in composer" in message
 
 
+def test_a_failure_in_composers_own_pass_is_not_blamed_on_executorch():
+    """ExecuTorch runs a pass under its own error ("An error occurred when running the
+    'NegativePadAsSlice' pass"), raised from the pass's: swin_v2_t's computed pad failed in
+    composer's pass and the error blamed ExecuTorch's to_edge_transform_and_lower."""
+    try:
+        try:
+            sizes_per_reader(None)  # composer's pass, given what no lowering gives it
+        except AttributeError as inner:
+            raise Exception(  # noqa: TRY002 - ExecuTorch's pass manager raises exactly this
+                "An error occurred when running the 'sizes_per_reader' pass after the "
+                "following passes: []"
+            ) from inner
+    except Exception as raised:  # noqa: BLE001 - what the pass manager raised is the point
+        error = _lowering_error(raised, [], [], ())
+    assert str(error).startswith(
+        "composer's own step composer.lower.size_reads.sizes_per_reader failed"
+    )
+    assert "bug in composer" in str(error)
+
+
 def test_a_failure_inside_torch_alone_names_executorch_and_the_dims():
     dims = ({"input": 0, "dim": 1, "size": "seq", "ranges": {"seq": [2, 128]}},)
     try:

@@ -50,3 +50,25 @@ def test_a_kernel_that_fails_is_named_with_its_reason_in_the_error():
     assert "in operator aten::constant_pad_nd.out: 0x12" in message
     assert "Padding values must be non-negative" in message
     assert "with type id" not in message
+
+
+class PadToWindow(torch.nn.Module):
+    """swin_v2_t's pad of its height up to a multiple of the window (7): an amount computed at
+    run time, whatever the sign, is left to the kernel."""
+
+    def forward(self, x):
+        return torch.nn.functional.pad(torch.relu(x), (0, 0, 0, (7 - x.shape[2] % 7) % 7)) * 2
+
+
+def test_a_pad_computed_at_run_time_composes_where_plain_runs():
+    """The pass that crops negative pads compared the computed pad with 0 and failed
+    ("'<' not supported between instances of 'Node' and 'int'"), blamed on ExecuTorch's
+    lowering, where plain ExecuTorch's program ran (swin_v2_t in the suite's model tests)."""
+    dims = ({2: torch.export.Dim("h", min=2, max=64)},)
+    program = torch.export.export(PadToWindow(), (torch.randn(1, 4, 20, 8),), dynamic_shapes=dims)
+    composition = composer.compose(program, "xnnpack", cache=False)
+    assert composition.plan.proof.startswith("ran and matched eager at 4 sizes")
+    x = torch.randn(1, 4, 30, 8)
+    (out,) = run_program(composition.buffer, (x,))
+    assert out.shape == (1, 4, 35, 8)
+    torch.testing.assert_close(out, PadToWindow()(x))

@@ -31,7 +31,7 @@ class NegativePadAsSlice(ExportPass):
         return super().call(graph_module)
 
     def call_operator(self, op, args, kwargs, meta):
-        if op is not _PAD or not _negative(args[1]):
+        if op is not _PAD or not any(map(_negative, args[1])):
             return super().call_operator(op, args, kwargs, meta)
         x, pad = args[0], list(args[1])
         value = args[2] if len(args) > 2 else kwargs.get("value", 0.0)
@@ -40,24 +40,26 @@ class NegativePadAsSlice(ExportPass):
         for pair in range(len(pad) // 2):
             dim = len(shape) - 1 - pair
             before, after = pad[2 * pair], pad[2 * pair + 1]
-            if before < 0 or after < 0:
-                start = -before if before < 0 else 0
+            if _negative(before) or _negative(after):
+                start = -before if _negative(before) else 0
                 # A symbolic size cannot be an argument: a negative end counts from the end.
                 size = shape[dim] if isinstance(shape[dim], int) else None
-                end = (after if size is None else size + after) if after < 0 else size
+                end = (after if size is None else size + after) if _negative(after) else size
                 x = super().call_operator(_SLICE, (x, dim, start, end, 1), {}, meta)
-        kept = [max(p, 0) for p in pad]
-        if not any(kept):
+        kept = [0 if _negative(p) else p for p in pad]
+        if all(isinstance(p, int) and p == 0 for p in kept):
             return x
         return super().call_operator(_PAD, (x, kept, value), {}, meta)
 
 
 def _crops(node: torch.fx.Node) -> bool:
-    return node.target is _PAD and _negative(node.args[1])
+    return node.target is _PAD and any(map(_negative, node.args[1]))
 
 
-def _negative(pad) -> bool:
-    return any(p < 0 for p in pad)
+def _negative(pad: object) -> bool:
+    """A pad known to crop: one computed at run time (swin_v2_t pads to a multiple of its
+    window) is left to the kernel, as plain ExecuTorch leaves it."""
+    return isinstance(pad, int) and pad < 0
 
 
 # Applied in this order to every edge program composer lowers (plan's stand-ins included).

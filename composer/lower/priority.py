@@ -242,16 +242,22 @@ def _before_partitioning(
 
 def _composer_step(error: BaseException) -> str | None:
     """``module.function`` of the innermost composer code (a pass, a partitioner's hook) in
-    ``error``'s traceback below this module, or None where only ExecuTorch and torch ran."""
+    ``error``'s traceback below this module, or in those of the errors it was raised from (a
+    pass's error reaches here as ExecuTorch's "An error occurred when running the
+    'NegativePadAsSlice' pass", raised from it); None where only ExecuTorch and torch ran."""
     package = Path(__file__).resolve().parents[1]
-    step, traceback = None, error.__traceback__
-    while traceback is not None:
-        code = traceback.tb_frame.f_code
-        file = Path(code.co_filename).resolve()
-        if file.is_relative_to(package) and file != Path(__file__).resolve():
-            module = ".".join(file.relative_to(package.parent).with_suffix("").parts)
-            step = f"{module}.{code.co_name}"
-        traceback = traceback.tb_next
+    step, seen = None, set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback = error.__traceback__
+        while traceback is not None:
+            code = traceback.tb_frame.f_code
+            file = Path(code.co_filename).resolve()
+            if file.is_relative_to(package) and file != Path(__file__).resolve():
+                module = ".".join(file.relative_to(package.parent).with_suffix("").parts)
+                step = f"{module}.{code.co_name}"
+            traceback = traceback.tb_next
+        error = error.__cause__
     return step
 
 
