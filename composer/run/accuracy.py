@@ -296,7 +296,7 @@ def copy_in_precision(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.M
     names in ``dtype`` (a decoding loop steps it as it steps the model: its cache is its own);
     ``None`` where it cannot be made."""
     try:
-        copied = copy.deepcopy(module)
+        copied = copy.deepcopy(module, _converted(module, dtype))
         # An exported graph may sit inside a wrapper (a method with keyword inputs is called
         # through KeywordsFlattened): optimum's decoders were held to eager for want of this.
         for graph_module in copied.modules():
@@ -313,6 +313,25 @@ def copy_in_precision(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.M
         return copied
     except Exception:  # noqa: BLE001 - any failure means the same: no copy in that precision
         return None
+
+
+def _converted(module: torch.nn.Module, dtype: torch.dtype) -> dict[int, Any]:
+    """A deepcopy memo giving each floating tensor of ``module`` its copy in ``dtype``: the
+    copy is made once, in ``dtype``, where a deepcopy then a conversion held a float32 copy
+    of every weight beside the float64 one (vgg11: 0.5 GB more at the proof's peak). A tensor
+    two modules share stays shared."""
+    memo: dict[int, Any] = {}
+    with torch.no_grad():
+        for part in module.modules():
+            for tensor in (*part._parameters.values(), *part._buffers.values(), *vars(part).values()):  # fmt: skip
+                if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+                    continue
+                if id(tensor) not in memo:
+                    converted = tensor.detach().to(dtype, copy=True)
+                    if isinstance(tensor, torch.nn.Parameter):
+                        converted = torch.nn.Parameter(converted, tensor.requires_grad)
+                    memo[id(tensor)] = converted
+    return memo
 
 
 def _dtypes_written_as(module: torch.fx.GraphModule, dtype: torch.dtype) -> None:
