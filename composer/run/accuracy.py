@@ -302,6 +302,8 @@ def copy_in_precision(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.M
         for graph_module in copied.modules():
             if isinstance(graph_module, torch.fx.GraphModule):
                 _dtypes_written_as(graph_module, dtype)
+        # The memo made every tensor it reached in dtype already; this converts what a
+        # module's own __deepcopy__ copied without it (else the "truth" stays float32).
         with torch.no_grad():
             for tensor in (*copied.parameters(), *copied.buffers()):
                 if tensor.is_floating_point():
