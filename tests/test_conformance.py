@@ -161,7 +161,7 @@ def test_a_case_plain_did_not_run_is_not_lost():
     assert command.lost_cases([_case("xnnpack", "passed", True), refused])
 
 
-def test_composers_time_is_weighed_on_the_cases_both_flows_ended():
+def test_composers_time_is_weighed_on_the_cases_both_flows_ran():
     """A run stopped by its deadline ends more of plain's cases than of composer's: the
     GPU machine's model tests (session 31) summed each flow's own and said 0.80x plain where
     the 7 cases both ended took 1.71x."""
@@ -173,8 +173,26 @@ def test_composers_time_is_weighed_on_the_cases_both_flows_ended():
         ]
     ]  # fmt: skip
     table = command.flow_table(cases)
-    assert table[2].endswith("1.70x plain (the 1 case both ended)"), table
+    assert table[2].endswith("1.70x plain (the 1 case both ran)"), table
     assert command.flow_table(cases[:1] + cases[2:])[2].endswith("1.70x plain")
+
+
+def test_a_case_one_flow_skipped_is_not_weighed():
+    """Plain OpenVINO's flow skips swin_v2_t by its own list, in no time, where composer
+    composes and proves it (1,100 s): session 32's run read 3.97x plain where the cases both
+    ran took 1.34x."""
+    cases = [
+        results.Case(flow, f"test_m.py::test_{name}", outcome, True, seconds, "", ())
+        for flow, name, outcome, seconds in [
+            ("openvino", "small", "passed", 10.0), ("openvino", "swin", "skipped", 0.01),
+            ("composer_openvino", "small", "passed", 13.0),
+            ("composer_openvino", "swin", "failed", 1100.0),
+        ]
+    ]  # fmt: skip
+    table = command.flow_table(cases)
+    composed = next(line for line in table if line.startswith("composer_openvino"))
+    assert composed.split()[:4] == ["composer_openvino", "1", "1", "0"], table
+    assert composed.endswith("1.30x plain (the 1 case both ran)"), table
 
 
 def test_a_case_a_stopped_run_never_called_is_not_counted():
