@@ -201,6 +201,41 @@ def test_a_derived_dims_root_has_the_examples_value_where_executorch_guards_on_i
     assert "max (h=8, w=8)" in composition.plan.proof
 
 
+class WindowMask(torch.nn.Module):
+    """swin_v2_t's shifted-window mask in small: a trailing ``unsqueeze`` of a tensor with two
+    dynamic dims, which XNNPACK's lowering turns into its static reshape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (torch.relu(x) + 1).unsqueeze(-1) * self.weight
+
+
+def test_a_reshape_xnnpack_cannot_lower_goes_to_portable_kernels_in_one_compose():
+    """ExecuTorch's XNNPACK partitioner tags an ``unsqueeze_copy`` whose output has two
+    dynamic dims, and its lowering refuses it ("XNNPACK reshape only supports 1 dynamic
+    dimension"): swin_v2_t at the suite's dynamic sizes fails plain, and composer's repairs
+    moved one whole partition a round, each round lowering the model again (35 minutes in
+    the suite, session 31). composer's XNNPACK plugin declines that node, and says why."""
+    torch.manual_seed(0)
+    spec = ({2: Dim("h", min=2, max=16), 3: Dim("w", min=2, max=16)},)
+    inputs = (torch.randn(1, 4, 8, 8),)
+    program = torch.export.export(WindowMask().eval(), inputs, dynamic_shapes=spec)
+    with pytest.raises(RuntimeError, match="XNNPACK reshape only supports 1 dynamic dimension"):
+        to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+    program = torch.export.export(WindowMask().eval(), inputs, dynamic_shapes=spec)
+    plan = composer.compose(program, "xnnpack", cache=False).plan
+    assert plan.repairs == ()
+    assert plan.node_backends["aten_unsqueeze_copy_default"] == "portable"
+    assert dict(plan.decisions["aten_unsqueeze_copy_default"]) == {
+        "xnnpack": "XNNPACK's static reshape takes one dynamic dim; this output has 2"
+    }
+    assert {"aten_relu_default", "aten_mul_tensor"} <= set(plan.nodes_on("xnnpack"))
+    assert plan.proof.startswith("ran and matched eager at 4 sizes")
+
+
 def test_a_failure_in_composers_own_step_is_not_blamed_on_executorch():
     dims = ({"input": 0, "dim": 2, "size": "2*half", "ranges": {"half": [4, 64]}},)
     try:

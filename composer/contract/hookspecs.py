@@ -217,7 +217,9 @@ class BackendPlugin(metaclass=_PluginClass):
         a warning that names your plugin, and a non-convex tag is split. Constants it tagged
         stay with it (duplicated where another backend reads them too; the plan counts the
         bytes). The compile specs of its ``DelegationSpec`` are used unless
-        ``composer_compile_specs`` answers.
+        ``composer_compile_specs`` answers. A partitioner with a ``reason_unsupported(node)``
+        method is asked why it left a node untagged, as an ``ExplainedSupport`` is (the plan
+        shows its answer; ``None``: "not tagged by" the partitioner's class).
 
         Only consulted when ``composer_operator_support`` returns ``None``.
         """

@@ -110,9 +110,10 @@ def _native_support(
         )
     specs = [spec.compile_specs for spec in result.partition_tags.values()]
     name = type(native).__name__
+    explained = getattr(native, "reason_unsupported", lambda node: None)
     return Support(
         lambda node: node in tagged,
-        lambda node: f"not tagged by {name}",
+        lambda node: explained(node) or f"not tagged by {name}",
         list(specs[0]) if specs else [],
         wanted,
         native=True,

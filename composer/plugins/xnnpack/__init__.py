@@ -17,7 +17,7 @@ class XnnpackPlugin(BackendPlugin):
     )  # fmt: skip
 
     def composer_partitioner(self, backend, program):
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from composer.plugins.xnnpack.partitioner import XnnpackPartitioner
 
         return XnnpackPartitioner()
 
