@@ -28,6 +28,7 @@ from composer.run.proof import (
     lacking_the_same_op,
     localize,
     missing_operator_nodes,
+    outside_the_delegates,
 )
 
 
@@ -561,3 +562,16 @@ def test_a_delegate_whose_runtime_lacks_an_op_gives_up_only_that_op():
     with_eq = next(p for p in plan.partitions if "aten.eq.Scalar" in p.ops)
     moved = missing_operator_nodes(no_shader, with_eq.nodes, plan.node_ops)
     assert [plan.node_ops[n] for n in moved] == ["aten.eq.Scalar"]
+
+
+def test_a_miss_no_delegate_explains_names_the_portable_ops_and_the_joins_between_delegates():
+    # swin_v2_t on vulkan+xnnpack (H200, session 32) missed by 0.275 with every Vulkan delegate
+    # right alone, and the error said it "builds up" in the portable ops, which pass on xnnpack
+    # alone: what was not ruled out is said, and how to find out.
+    model, inputs = zoo.load("cumsum_mlp")
+    plan = composer.compose(model, "xnnpack", inputs, cache=False, check=False).plan
+    said = outside_the_delegates(plan)
+    assert said.startswith("no delegate errs more than eager's own run of its subgraph, run alone")
+    assert "ExecuTorch's portable kernels (aten.cumsum.default x1)" in said
+    assert "or where the runtime joins the delegates" in said
+    assert said.endswith("or pin the delegates' nodes off their backend to find which")

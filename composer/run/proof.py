@@ -193,15 +193,20 @@ def outside_the_delegates(plan: Any) -> str:
     most = ", ".join(f"{op} x{n}" for op, n in left.most_common(4))
     host = (f"the {sum(left.values())} ops left to ExecuTorch's portable kernels ({most}), "
             "which no backend of the stack takes") if left else "the glue between the delegates"  # fmt: skip
-    lead = (
-        "no backend of the stack took any of it: the error is"
-        if not plan.partitions
-        else "no delegate errs more than eager's own run of its subgraph: the error builds up "
-        "outside them,"
-    )
+    if not plan.partitions:
+        return (
+            f"no backend of the stack took any of it: the error is in {host}; nothing was "
+            "written: add a backend that takes those ops, or compose the model in a wider dtype"
+        )
+    # Each delegate was run alone on the inputs eager gives it. Right alone and wrong in the
+    # program is either the ops between them or the delegates as the runtime joins them:
+    # swin_v2_t on vulkan+xnnpack (H200, session 32) missed by 0.275 where each Vulkan
+    # delegate matched alone, and on xnnpack alone the same portable ops passed.
     return (
-        f"{lead} in {host}; nothing was written: add a backend that takes those ops, or "
-        "compose the model in a wider dtype"
+        "no delegate errs more than eager's own run of its subgraph, run alone: the error "
+        f"builds up in {host}, or where the runtime joins the delegates; nothing was written: "
+        "add a backend that takes those ops, compose the model in a wider dtype, or pin the "
+        "delegates' nodes off their backend to find which"
     )
 
 
