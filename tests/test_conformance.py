@@ -180,7 +180,7 @@ def test_composers_time_is_weighed_on_the_cases_both_flows_ran():
 def test_a_case_one_flow_skipped_is_not_weighed():
     """Plain OpenVINO's flow skips swin_v2_t by its own list, in no time, where composer
     composes and proves it (1,100 s): session 32's run read 3.97x plain where the cases both
-    ran took 1.34x."""
+    ran took 1.33x."""
     cases = [
         results.Case(flow, f"test_m.py::test_{name}", outcome, True, seconds, "", ())
         for flow, name, outcome, seconds in [

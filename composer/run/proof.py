@@ -312,16 +312,16 @@ def _lacking(why: str, nodes: Sequence[str], node_ops: Mapping[str, str]) -> tup
 def lacking_the_same_op(reference: Any, plan: Plan, found: list[Culprit]) -> list[Culprit]:
     """``found``, and where its runtime said a backend has no kernel for an op, each other
     partition of that backend holding the op: its delegate dies at load the same way, and the
-    program stops at the first (vit_b_16 on Vulkan moved its 24 logical_nots a round each,
-    146 s beside plain's 134 s case, session 32)."""
+    program stops at the first (vit_b_16 on Vulkan moved its 24 logical_nots a round each:
+    280 s beside plain's 134 s, session 32)."""
     named = {c.partition for c in found}
+    delegates = _delegates_by_partition(reference, plan)
     more: list[Culprit] = []
     for culprit in found:
         said = _MISSING_OPERATOR.search(culprit.why) or _MISSING_SHADER.search(culprit.why)
         if said is None:
             continue
         why = f"holds the op its runtime lacks, as {culprit.partition} did ({said[0]})"
-        delegates = _delegates_by_partition(reference, plan)
         for partition in plan.partitions:
             if (
                 partition.backend == culprit.backend
