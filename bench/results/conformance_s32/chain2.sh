@@ -6,7 +6,7 @@ set -u
 OUT=$(cd "$(dirname "$0")" && pwd); SNAP=$1; DEADLINE=$2
 export OUT OMP_NUM_THREADS=1
 LARGER="not (mnasnet1_0 or mobilenet_v2 or mobilenet_v3_small or shufflenet_v2_x1_0 or squeezenet1_1 or test_resnet50 or alexnet)"
-while pgrep -f "conformance_s32/chain.sh" >/dev/null; do sleep 20; done
+while pgrep -f "conformance_s32/chain.sh" >/dev/null; do sleep 20; done  # (session 32: run alone at 13:11)
 NAME=models_openvino_xnnpack_larger
 /work/main/bench/results/conformance_s27/run.sh $NAME $SNAP openvino+xnnpack models.test_torchvision -k "$LARGER" &
 PID=$!
