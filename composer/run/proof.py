@@ -315,35 +315,32 @@ def lacking_the_same_op(reference: Any, plan: Plan, found: list[Culprit]) -> lis
     program stops at the first (vit_b_16 on Vulkan moved its 24 logical_nots a round each:
     280 s beside plain's 134 s, session 32)."""
     named = {c.partition for c in found}
-    delegates = _delegates_by_partition(reference, plan)
     more: list[Culprit] = []
     for culprit in found:
         said = _MISSING_OPERATOR.search(culprit.why) or _MISSING_SHADER.search(culprit.why)
         if said is None:
             continue
         why = f"holds the op its runtime lacks, as {culprit.partition} did ({said[0]})"
-        for partition in plan.partitions:
+        for name in _delegate_names(reference):
+            other = _culprit(reference, plan, name, why)
             if (
-                partition.backend == culprit.backend
-                and partition.id not in named
-                and partition.id in delegates
-                and _lacking(why, partition.nodes, plan.node_ops)
+                other is not None
+                and other.backend == culprit.backend
+                and other.partition not in named
+                and _lacking(why, other.nodes, plan.node_ops)
             ):
-                named.add(partition.id)
-                found_too = _culprit(reference, plan, delegates[partition.id], why)
-                more += [found_too] if found_too is not None else []
+                named.add(other.partition)
+                more.append(other)
     return found + more
 
 
-def _delegates_by_partition(reference: Any, plan: Plan) -> dict[str, str]:
-    """The partition each delegate of ``reference`` was made from -> the delegate's name."""
-    found = {}
-    for node in reference.graph.nodes:
-        if getattr(node.target, "__name__", "") == "executorch_call_delegate":
-            name = node.args[0].target
-            inside = {n.name for n in getattr(reference, name).original_module.graph.nodes}
-            found[partition_of(plan, inside)] = name
-    return found
+def _delegate_names(reference: Any) -> list[str]:
+    """The delegates of ``reference``, by name, in the order the program calls them."""
+    return [
+        node.args[0].target
+        for node in reference.graph.nodes
+        if getattr(node.target, "__name__", "") == "executorch_call_delegate"
+    ]
 
 
 _FAILED_CALL = re.compile(r"CALL_DELEGATE execute failed at instruction (\d+)")
@@ -362,11 +359,7 @@ def _named_by_the_runtime(composition: Provable, failure: str) -> list[Culprit]:
     if call is None:
         return []
     reference = composition.reference
-    delegates = [
-        node.args[0].target
-        for node in reference.graph.nodes
-        if getattr(node.target, "__name__", "") == "executorch_call_delegate"
-    ]
+    delegates = _delegate_names(reference)
     if call >= len(delegates):
         return []
     detail = failure.split("it logged: ", 1)[-1][:300]

@@ -21,6 +21,8 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
 )
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from composer.contract.op_names import op_name
+
 
 def reshape_refused(node: torch.fx.Node) -> str | None:
     """Why XNNPACK's lowering refuses the static reshape ``node``: more than one dynamic dim
@@ -33,14 +35,8 @@ def reshape_refused(node: torch.fx.Node) -> str | None:
 
 
 class _CheckedUnsqueezeConfig(UnsqueezeCopyConfig):
-    refused: dict[torch.fx.Node, str]
-
     def check_constraints(self, node, ep) -> bool:
-        why = reshape_refused(node)
-        if why is not None:
-            self.refused[node] = why
-            return False
-        return super().check_constraints(node, ep)
+        return reshape_refused(node) is None and super().check_constraints(node, ep)
 
 
 class XnnpackPartitioner(ExecutorchXnnpackPartitioner):
@@ -54,14 +50,9 @@ class XnnpackPartitioner(ExecutorchXnnpackPartitioner):
             for config in ALL_PARTITIONER_CONFIGS
         ]
         super().__init__(configs=configs, **kwargs)
-        self._refused: dict[torch.fx.Node, str] = {}
-        for config in self.target_partitioner_configs.values():
-            if isinstance(config, _CheckedUnsqueezeConfig):
-                config.refused = self._refused
-
-    def partition(self, exported_program):
-        self._refused.clear()
-        return super().partition(exported_program)
 
     def reason_unsupported(self, node: torch.fx.Node) -> str | None:
-        return self._refused.get(node)
+        # the checked config declines exactly these, before ExecuTorch's own constraints
+        if op_name(node) != "aten.unsqueeze_copy.default":
+            return None
+        return reshape_refused(node)
