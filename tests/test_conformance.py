@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import attrs
 import pytest
 import torch
 
@@ -125,12 +126,17 @@ def test_quantized_flows_composer_beside_plain(tmp_path):
     cases = results.load(tmp_path / "report.json")
     counts = {row.flow: row for row in results.flow_counts(cases)}
     assert set(counts) == {p + name for name in QUANTIZED for p in ("", "composer_")}, text
-    for row in counts.values():
-        assert row.passed == 1 and row.passed_undelegated == 0, row
     assert not command.lost_cases(cases), text
     with open(tmp_path / "report.csv", newline="") as report:
         rows = {r["Flow"]: r for r in csv.DictReader(report)}
     for name in QUANTIZED:
+        assert counts["composer_" + name].passed == 1, text
+        if not counts[name].passed:
+            # OpenVINO's int8 linear misses by 0.196 on a CPU without AVX-512 (2026-11-28's
+            # machine; it passed on an avx512_bf16 one): composer's proof moves it, and says so.
+            assert "(openvino) does not match its subgraph" in text, text
+            continue
+        assert counts["composer_" + name].passed_undelegated == 0, text
         plain, composed = rows[name], rows["composer_" + name]
         # Quantized as plain's is: the same quantize/dequantize ops, delegated alike.
         assert "quantized_decomposed::quantize_per_tensor" in composed["Delegated Ops"], composed
@@ -146,6 +152,19 @@ def test_quantized_flows_composer_beside_plain(tmp_path):
 
 def _case(flow: str, outcome: str, delegated: bool, why: str = "") -> results.Case:
     return results.Case(flow, "test_a.py::test_a", outcome, delegated, 1.0, why, ())
+
+
+def test_a_flow_whose_proof_moved_every_delegate_off_is_not_called_broken():
+    """OpenVINO's int8 linear misses by 0.196 on an AVX2 CPU; composer's proof moves it to
+    portable kernels, so composer's one pass runs undelegated: its lowering worked."""
+    repaired = results.Case(
+        "composer_openvino_int8", "test_a.py::test_a", "passed", False, 1.0, "",
+        ("proof: ran and matched eager", "repair: openvino:0 (openvino) does not match its subgraph"),
+    )  # fmt: skip
+    (row,) = results.flow_counts([repaired])
+    assert row.passed_undelegated == 1 and not row.lowered_nothing
+    (row,) = results.flow_counts([attrs.evolve(repaired, composer=repaired.composer[:1])])
+    assert row.lowered_nothing
 
 
 def test_a_case_plain_did_not_run_is_not_lost():
@@ -193,6 +212,32 @@ def test_a_case_one_flow_skipped_is_not_weighed():
     composed = next(line for line in table if line.startswith("composer_openvino"))
     assert composed.split()[:4] == ["composer_openvino", "1", "1", "0"], table
     assert composed.endswith("1.30x plain (the 1 case both ran)"), table
+
+
+def test_a_case_whose_worker_died_fails_and_is_not_weighed():
+    """pytest-xdist reports a case whose worker the OOM killer took as failed in 0 s: two such
+    composer cases read 0.95x plain in session 32, where the cases both ended took 1.29x."""
+    call = {"duration": 10.0, "outcome": "passed"}
+    ran = {"subtests": [{"Delegated": "True", "Result": "Pass"}]}
+    died = {
+        "duration": 0,
+        "outcome": "failed",
+        "longrepr": "worker 'gw1' crashed while running '::test_wide[composer_x-static]'",
+    }
+    report = {"tests": [
+        {"nodeid": "::test_small[x-static]", "outcome": "passed", "call": call, "metadata": ran},
+        {"nodeid": "::test_wide[x-static]", "outcome": "failed", "call": {**call, "outcome": "failed"}},
+        {"nodeid": "::test_small[composer_x-static]", "outcome": "passed", "metadata": ran,
+         "call": {**call, "duration": 13.0}},
+        {"nodeid": "::test_wide[composer_x-static]", "outcome": "failed", "???": died},
+    ]}  # fmt: skip
+    cases = results.read_cases(report)
+    table = command.flow_table(cases)
+    composed = next(line for line in table if line.startswith("composer_x"))
+    assert composed.split()[:4] == ["composer_x", "1", "1", "0"], table
+    assert composed.endswith("1.30x plain (the 1 case both ran)"), table
+    wide = next(c for c in cases if c.flow == "composer_x" and "wide" in c.key)
+    assert "worker died while running it" in wide.why and "OOM killer" in wide.why
 
 
 def test_a_case_a_stopped_run_never_called_is_not_counted():
