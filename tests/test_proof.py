@@ -19,6 +19,7 @@ from composer.contract.hookspecs import hookimpl
 from composer.models import zoo
 from composer.pipeline.proven import pinned_off
 from composer.plugins.openvino import support as openvino_support
+from composer.registry.discovery import default_registry
 from composer.report.plan_text import summary_table
 from composer.run.accuracy import OutputVerdict, Verdict
 from composer.run.proof import (
@@ -212,6 +213,10 @@ def test_where_every_delegate_matches_its_subgraph_a_mismatch_names_the_one_erri
     # with openvino,xnnpack: bf16 in each OpenVINO partition adds up): without a culprit
     # nothing could be moved and the compose failed. The delegate erring most is named.
     pytest.importorskip("openvino")
+    (openvino,) = default_registry().resolve(["openvino"])
+    if openvino.spec.tolerance is None:
+        # In fp32 its delegates match eager to the last bit: no error to build up, none erring.
+        pytest.skip("OpenVINO computes in fp32 on this CPU (no avx512_bf16 or amx_bf16)")
     stack = composer.Stack(["openvino", "xnnpack"], never={"openvino": ["aten.tanh.default"]})
     composition = composer.compose(
         ThreeStages().eval(), stack, (torch.randn(4, 64),), cache=False, check=False

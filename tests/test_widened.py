@@ -46,7 +46,10 @@ def test_a_dynamic_bf16_decoder_on_portable_kernels_is_proven_at_every_length():
     assert any("op(s) on portable kernels computed in float32" in line for line in said), said
     for label, sized in sizes_to_prove(composition.example_inputs, composition.plan.dynamic_dims):
         result = composition.verify(sized)
-        assert result.ok and result.max_abs_error <= 1e-3, (label, str(result))
+        # At most a step of bf16 at the outputs' size (below 1): a float32 sum rounded to bf16
+        # lands a step off eager's where another CPU's kernels sum in another order (0.00195,
+        # 2**-9, at length 204 on 2026-11-28's AVX2 machine; under 1e-3 on an AVX-512 one).
+        assert result.ok and result.max_abs_error <= 2**-8, (label, str(result))
 
 
 def test_a_float32_program_is_not_widened():
