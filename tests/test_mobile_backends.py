@@ -139,6 +139,20 @@ def test_vulkan_options_reach_its_compile_specs():
     assert specs["storage_type_override"] == (0).to_bytes(4, "little")  # VkStorageType.BUFFER
 
 
+def test_vulkan_leaves_bool_ops_to_others_as_its_runtime_lacks_them():
+    # ExecuTorch's Vulkan runtime has no logical_not kernel: a program whose Vulkan delegate
+    # holds one dies at load ("Missing operator: aten.logical_not.default", H200, session 34).
+    # composer builds the partitioner as ExecuTorch's Vulkan tester does, skip_bool_tensors ON.
+    model, inputs = zoo.load("llama_block")
+    plan = composer.plan(model, ["vulkan", "xnnpack"], inputs)
+    assert "aten.logical_not.default" not in plan.ops_on("vulkan")
+    assert "contains bool tensor" in dict(plan.explain("aten_logical_not_default"))["vulkan"]
+    offered = composer.plan(
+        model, ["vulkan", "xnnpack"], inputs, options={"vulkan": {"skip_bool_tensors": "OFF"}}
+    )
+    assert offered.ops_on("vulkan")["aten.logical_not.default"] == 2
+
+
 def test_an_unknown_vulkan_option_is_refused_before_any_work():
     model, inputs = zoo.load("mlp")
     with pytest.raises(composer.ComposerError, match="unknown option 'fp16' for backend 'vulkan'"):

@@ -37,8 +37,12 @@ OPTIONS = (
            help="store int64/float64 as 32-bit, as Vulkan shaders have no 64-bit types"),
     Option("require_dynamic_shapes", ON_OFF, default="OFF",
            help="take only ops whose Vulkan kernels can resize"),
-    Option("skip_bool_tensors", ON_OFF, default="OFF",
-           help="leave ops on bool tensors to others (GPUs without int8 storage)"),
+    # ON, as ExecuTorch's Vulkan tester builds it: its runtime lacks kernels such as
+    # logical_not and logical_and, so with OFF a program dies at run time where the
+    # partitioner took them (vit_b_16: 24 partitions for the proof to move; issue 57).
+    Option("skip_bool_tensors", ON_OFF, default="ON",
+           help="leave ops on bool tensors to others (the runtime lacks bool kernels such "
+           "as logical_not; OFF offers them to Vulkan)"),
 )  # fmt: skip
 # Partitioner-only options: they decide what Vulkan takes, not how it compiles.
 SUPPORT_ONLY = ("require_dynamic_shapes", "skip_bool_tensors")
