@@ -37,9 +37,9 @@ OPTIONS = (
            help="store int64/float64 as 32-bit, as Vulkan shaders have no 64-bit types"),
     Option("require_dynamic_shapes", ON_OFF, default="OFF",
            help="take only ops whose Vulkan kernels can resize"),
-    # ON, as ExecuTorch's Vulkan tester builds it: its runtime lacks kernels such as
-    # logical_not and logical_and, so with OFF a program dies at run time where the
-    # partitioner took them (vit_b_16: 24 partitions for the proof to move; issue 57).
+    # ON, as ExecuTorch's Vulkan tester builds it: its runtime has no logical_not kernel
+    # ("Missing operator: aten.logical_not.default"), so with OFF a program dies at load
+    # where the partitioner took one (vit_b_16: 24 partitions for the proof to move; issue 57).
     Option("skip_bool_tensors", ON_OFF, default="ON",
            help="leave ops on bool tensors to others (the runtime lacks bool kernels such "
            "as logical_not; OFF offers them to Vulkan)"),
