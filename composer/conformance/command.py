@@ -63,7 +63,7 @@ def worker_environment(jobs: int | None, environ: dict[str, str], cores: int) ->
     otherwise run as many threads as there are cores, and where there are fewer cores than
     threads they wait on one another: the float64 run of mobilenet_v2 that the proof judges by
     took 0.05 s on one thread and 0.09 s to 99 s on two beside another process computing on two
-    (2 cores; session 29)."""
+    (2 cores)."""
     if not jobs or jobs <= 1 or "OMP_NUM_THREADS" in environ:
         return dict(environ)
     return {**environ, "OMP_NUM_THREADS": str(max(1, cores // jobs))}
@@ -76,10 +76,10 @@ def _ratio(flow: str, seconds: dict[str, dict[str, float]]) -> str:
     """composer's time over plain's, on the cases both flows ran (ended, neither skipped): a
     run stopped by its deadline or Ctrl-C ends more of plain's (the faster) than of
     composer's, and sums over each flow's own cases said 0.80x where the cases both ran took
-    1.71x (session 31); a flow's skip list skips a case in no time where the other flow
+    1.71x; a flow's skip list skips a case in no time where the other flow
     composes it (plain OpenVINO's skips swin_v2_t, composer ran it for 1,100 s: 3.97x where
-    the cases both ran took 1.33x, session 32); a case whose worker died is reported in 0 s
-    (two OOM-killed cases read 0.95x where the rest took 1.29x, session 32)."""
+    the cases both ran took 1.33x); a case whose worker died is reported in 0 s
+    (two OOM-killed cases read 0.95x where the rest took 1.29x)."""
     plain = seconds.get(flow.removeprefix(COMPOSER_PREFIX))
     if not flow.startswith(COMPOSER_PREFIX) or plain is None:
         return ""

@@ -184,7 +184,7 @@ def _compose(program: Any, stack: tuple[str, ...], example_inputs: Any) -> Any:
         # a refusal (this runtime has no kernel for an op, or its kernel refuses the input)
         # the suite never lets plain's flow meet: the suite judges it as it judges plain's
         # (int8 conv3d quantized by the suite's own stage, its quantize ops on XNNPACK: 22
-        # cases composer "failed" where plain skipped, session 30).
+        # cases composer "failed" where plain skipped).
         unproven = getattr(error, "unrepaired", None)
         if unproven is None:  # refused after repairs, or before a program was built
             try:

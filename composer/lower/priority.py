@@ -60,7 +60,7 @@ def lower_in_order(
             return _lower_once(program, resolved, progress, decomposed, gone)
         except DecompositionFailed as failed:
             # An op kept whole for a backend can break ExecuTorch's retrace of the others'
-            # decompositions (issue 56: SDPA kept for cuda after XNNPACK's pass took the
+            # decompositions (SDPA kept for cuda after XNNPACK's pass took the
             # clone before a view). Decompose one kept op at a time, the backends after the
             # first first, until the program traces; else the refusal names what was tried.
             op = next((op for op in failed.kept if op not in tried), None)

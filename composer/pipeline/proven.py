@@ -36,7 +36,7 @@ from composer.scheduler.plans import PORTABLE
 MAX_REPAIRS = 16
 # The first compose counts as at least this long when repairs are budgeted: a small model's
 # rounds take 1 to 5 s (the first in a process imports and warms its backends), and a busy
-# machine alone can double one, which decided whether its repairs ran (CI, session 29: a 1 s
+# machine alone can double one, which decided whether its repairs ran (seen in CI: a 1 s
 # compose stopped before its second repair).
 SHORTEST_COMPOSE = 10.0
 NOT_CHECKED = "not checked (check=False)"

@@ -200,7 +200,7 @@ def outside_the_delegates(plan: Any) -> str:
         )
     # Each delegate was run alone on the inputs eager gives it. Right alone and wrong in the
     # program is either the ops between them or the delegates as the runtime joins them:
-    # swin_v2_t on vulkan+xnnpack (H200, session 32) missed by 0.275 where each Vulkan
+    # swin_v2_t on vulkan+xnnpack (H200) missed by 0.275 where each Vulkan
     # delegate matched alone, and on xnnpack alone the same portable ops passed.
     return (
         "no delegate errs more than eager's own run of its subgraph, run alone: the error "
@@ -313,7 +313,7 @@ def lacking_the_same_op(reference: Any, plan: Plan, found: list[Culprit]) -> lis
     """``found``, and where its runtime said a backend has no kernel for an op, each other
     partition of that backend holding the op: its delegate dies at load the same way, and the
     program stops at the first (vit_b_16 on Vulkan moved its 24 logical_nots a round each:
-    280 s beside plain's 134 s, session 32)."""
+    280 s beside plain's 134 s)."""
     named = {c.partition for c in found}
     more: list[Culprit] = []
     for culprit in found:

@@ -159,7 +159,7 @@ class CudaPlugin(AotiPlugin):
         # LLM's KV caches stay on the device, not copied in and out every token.
         keeps_state=True,
         # ExecuTorch's Triton kernels (its bf16 SDPA) are where a CUDA program that runs can be
-        # wrong (issue 41's bf16 encoder: 58x eager's error at length 3): off, SDPA is left to
+        # wrong (a 4-layer bf16 encoder: 58x eager's error at length 3): off, SDPA is left to
         # the next backend and the rest stays on the GPU.
         safer_options={"triton_kernel_mode": "OFF"},
         safer_for=TRITON_REPLACED,

@@ -39,7 +39,7 @@ OPTIONS = (
            help="take only ops whose Vulkan kernels can resize"),
     # ON, as ExecuTorch's Vulkan tester builds it: its runtime has no logical_not kernel
     # ("Missing operator: aten.logical_not.default"), so with OFF a program dies at load
-    # where the partitioner took one (vit_b_16: 24 partitions for the proof to move; issue 57).
+    # where the partitioner took one (vit_b_16: 24 partitions for the proof to move).
     Option("skip_bool_tensors", ON_OFF, default="ON",
            help="leave ops on bool tensors to others (the runtime lacks bool kernels such "
            "as logical_not; OFF offers them to Vulkan)"),

@@ -5,7 +5,7 @@ dynamic dim; ExecuTorch 1.5.1's partitioner tags such a node whatever its shape,
 lowering then raises "XNNPACK reshape only supports 1 dynamic dimension". swin_v2_t exported at
 ``16 * Dim`` heights and widths has one in each shifted window's attention mask: plain
 ExecuTorch fails it, and composer's repairs, which move the whole partition a compiler raised
-on and lower the stack again, took a round of minutes for each (session 32). Declining those
+on and lower the stack again, took a round of minutes for each. Declining those
 nodes up front leaves them to portable kernels in one compose.
 """
 
