@@ -116,7 +116,7 @@ def test_a_few_wrong_elements_fail_where_the_rmse_alone_would_pass():
 def test_openvinos_int8_average_pooling_wrong_at_its_last_window_is_repaired():
     # ExecuTorch's backend suite (avgpool1d_combinations, openvino_int8): OpenVINO's int8
     # average pooling with ceil_mode computes its last, partial window 17 quantization steps off
-    # (session 28: composer's RMSE-only proof passed it; the suite's atol did not).
+    # (a proof by RMSE alone passed it; the suite's atol did not).
     from executorch.backends.openvino.quantizer import OpenVINOQuantizer
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -226,7 +226,7 @@ def test_repairs_stop_before_a_round_that_would_end_past_their_time(
 
 
 def test_a_small_models_repairs_are_not_decided_by_the_machines_load():
-    # CI, session 29: a 1 s first compose, its repair round 1.5 s on a busy machine, and the
+    # Seen in CI: a 1 s first compose, its repair round 1.5 s on a busy machine, and the
     # next round was refused (2.4 + 1.4 > 4 x 0.6) with the program unrepaired. The first
     # compose counts as SHORTEST_COMPOSE seconds at least.
     assert proven.round_fits(spent=2.4, last_round=1.4, first_compose=0.6, repair_time=3)
@@ -412,7 +412,7 @@ def test_a_bf16_program_whose_error_builds_up_on_portable_kernels_computes_them_
     # XNNPACK (1.5.1) takes no bf16 linear: plain ExecuTorch's program runs on portable
     # kernels, which accumulate in bf16, at about 6x eager's error against fp64 (composer
     # refused it, "the error is in the 12 ops left to ExecuTorch's portable kernels"). No
-    # delegate is to blame; the repair computes those ops in float32 (issue 56: a bf16
+    # delegate is to blame; the repair computes those ops in float32 (a bf16
     # transposed convolution CUDA declines lands there too; tests/test_widened.py).
     torch.manual_seed(0)
     model = Bf16Mlp().eval().to(torch.bfloat16)
@@ -438,7 +438,7 @@ class MaxWithIndices(torch.nn.Module):
 
 
 def test_a_bf16_backend_is_held_to_eager_integers_not_to_bf16_ties():
-    """ExecuTorch's suite through composer (session 27): eager in bf16 rounds 1.0 and 1.001 to
+    """ExecuTorch's suite through composer: eager in bf16 rounds 1.0 and 1.001 to
     one value and picks the first index, where float32 (and OpenVINO) pick the second; the proof
     then moved a right max-pool off OpenVINO ("integer outputs differ by 63")."""
     module, x = MaxWithIndices(), torch.tensor([[[1.0, 1.001, 3.0, 2.0]]])

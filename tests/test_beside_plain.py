@@ -1,5 +1,5 @@
 """``composer lower --beside-plain``: plain ExecuTorch's list of the same backends, run at the
-sizes composer's program was proven at and judged by the same rule (issue 58: the demo's first
+sizes composer's program was proven at and judged by the same rule (the demo's first
 screen shows what composer gives that the list does not)."""
 
 from __future__ import annotations

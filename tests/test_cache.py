@@ -1,4 +1,4 @@
-"""composer's cache of composed programs, plans and lowered partitions (issue 15)."""
+"""composer's cache of composed programs, plans and lowered partitions."""
 
 from __future__ import annotations
 

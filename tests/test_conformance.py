@@ -23,7 +23,7 @@ pytest.importorskip("pytest_jsonreport")
 pytest.importorskip("openvino")
 
 # One case of each family; the first, tenth and eleventh are ones OpenVINO computes wrong or
-# cannot convert in a plain stacked lowering (issue 57).
+# cannot convert in a plain stacked lowering.
 SLICE = (
     "test_conv2d_padding_modes", "test_linear_unbatched", "test_lstm_batch_first_false",
     "test_embedding_batch_dim", "test_gelu_f32_tanh_approximation", "test_cat_negative_dim",
@@ -182,7 +182,7 @@ def test_a_case_plain_did_not_run_is_not_lost():
 
 def test_composers_time_is_weighed_on_the_cases_both_flows_ran():
     """A run stopped by its deadline ends more of plain's cases than of composer's: the
-    GPU machine's model tests (session 31) summed each flow's own and said 0.80x plain where
+    GPU machine's model tests once summed each flow's own and said 0.80x plain where
     the 7 cases both ended took 1.71x."""
     cases = [
         results.Case(flow, f"test_m.py::test_{name}", "passed", True, seconds, "", ())
@@ -198,7 +198,7 @@ def test_composers_time_is_weighed_on_the_cases_both_flows_ran():
 
 def test_a_case_one_flow_skipped_is_not_weighed():
     """Plain OpenVINO's flow skips swin_v2_t by its own list, in no time, where composer
-    composes and proves it (1,100 s): session 32's run read 3.97x plain where the cases both
+    composes and proves it (1,100 s): a run read 3.97x plain where the cases both
     ran took 1.33x."""
     cases = [
         results.Case(flow, f"test_m.py::test_{name}", outcome, True, seconds, "", ())
@@ -216,7 +216,7 @@ def test_a_case_one_flow_skipped_is_not_weighed():
 
 def test_a_case_whose_worker_died_fails_and_is_not_weighed():
     """pytest-xdist reports a case whose worker the OOM killer took as failed in 0 s: two such
-    composer cases read 0.95x plain in session 32, where the cases both ended took 1.29x."""
+    composer cases read 0.95x plain, where the cases both ended took 1.29x."""
     call = {"duration": 10.0, "outcome": "passed"}
     ran = {"subtests": [{"Delegated": "True", "Result": "Pass"}]}
     died = {
@@ -242,7 +242,7 @@ def test_a_case_whose_worker_died_fails_and_is_not_weighed():
 
 def test_a_case_a_stopped_run_never_called_is_not_counted():
     """pytest-json-report writes a case under way when a deadline or Ctrl-C stopped the run
-    as "passed", with its setup alone (test_median_dtype on the H200, session 29): it did not
+    as "passed", with its setup alone (test_median_dtype on the H200): it did not
     pass, it did not run."""
     setup = {"duration": 0.001, "outcome": "passed"}
     report = {"tests": [
@@ -296,9 +296,9 @@ def test_a_quantized_program_the_suite_deems_a_bad_test_is_skipped_as_plains_is(
     input, so composer's proof refuses the program. The suite skips any program with a 3-d
     convolution as a bad test, and runs none that delegates nothing; composer's flow, whose
     plan counted a lone output dequantize as a delegate on XNNPACK, was counted failed there
-    (22 conv3d and convtranspose3d cases, session 29's run from before 2a6f689, origins). The
+    (22 conv3d and convtranspose3d cases, a run from before 2a6f689, origins). The
     per-tensor flow quantizes with the suite's own stage, whose quantize ops XNNPACK takes: its
-    program delegates, and the suite's rule for a bad test decides it (22 cases, session 30)."""
+    program delegates, and the suite's rule for a bad test decides it (22 cases)."""
     flows = ("xnnpack_static_int8_per_channel", "xnnpack_static_int8_per_tensor")
     cases = _suite_run(tmp_path, ",".join(flows), "test_conv3d_no_bias")
     verdicts = {c.flow: results.verdict(c) for c in cases}

@@ -112,7 +112,7 @@ def test_vulkan_delegates_are_proven_and_checked_alone_in_the_runner(monkeypatch
     # alone in the runner, so only those that fail there move (ExecuTorch 1.5.1's Vulkan
     # partitioner claims logical_not, which the runtime of 2026-08-22 has no operator for:
     # "Missing operator: aten.logical_not.default"), not every Vulkan partition. The option
-    # OFF, as the partitioner's default: composer's own (ON since session 34) never offers it.
+    # OFF, as the partitioner's default: composer's own (ON) never offers it.
     from composer.models import zoo
 
     monkeypatch.setenv(cpp_runtime.RUNNER_VARIABLE, VULKAN_RUNNER)

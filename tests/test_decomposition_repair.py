@@ -1,5 +1,5 @@
 """ExecuTorch's decomposition of a stack fails before any backend partitions; composer lowers
-again with the op kept whole for a later backend decomposed (issue 56).
+again with the op kept whole for a later backend decomposed.
 
 XNNPACK's pass before CUDA's, with scaled_dot_product_attention kept whole for CUDA, left a
 ``view`` of a permuted SDPA output that ExecuTorch's retrace refuses ("Cannot view a tensor

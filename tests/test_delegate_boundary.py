@@ -1,4 +1,4 @@
-"""Delegate boundaries a backend's runtime can bind (issue 23.3).
+"""Delegate boundaries a backend's runtime can bind.
 
 Stacked after XNNPACK, OpenVINO used to be handed a partition of nothing but
 ``_to_dim_order_copy`` nodes: to_edge turns a Python scalar of the model (hardsigmoid's ``+ 3``

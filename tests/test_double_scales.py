@@ -3,7 +3,7 @@
 NNCF's OpenVINO quantization leaves a float weight behind a ``quantize_per_channel`` with float32
 scales. OpenVINO computes the reflect-padded convolution of ExecuTorch's backend test suite
 wrong, the proof's repair moves the partition to portable kernels, and the portable kernel's
-``ET_CHECK`` on the scales' dtype aborted the whole process (issue 57's ``openvino_int8`` case).
+``ET_CHECK`` on the scales' dtype aborted the whole process (the suite's ``openvino_int8`` case).
 The compose runs in a child process, so the abort it guards against fails this test alone.
 """
 

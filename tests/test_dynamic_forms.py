@@ -1,4 +1,4 @@
-"""Every form of torch.export's dynamic shapes composes where plain ExecuTorch lowers (issue 59).
+"""Every form of torch.export's dynamic shapes composes where plain ExecuTorch lowers.
 
 Each row exports a model with one form of ``dynamic_shapes`` (``Dim`` with and without
 bounds, derived dims ``k * Dim``, ``Dim + c``, ``k * Dim + c``, ``Dim.AUTO``,
@@ -218,7 +218,7 @@ def test_a_reshape_xnnpack_cannot_lower_goes_to_portable_kernels_in_one_compose(
     dynamic dims, and its lowering refuses it ("XNNPACK reshape only supports 1 dynamic
     dimension"): swin_v2_t at the suite's dynamic sizes fails plain, and composer's repairs
     moved one whole partition a round, each round lowering the model again (35 minutes in
-    the suite, session 31). composer's XNNPACK plugin declines that node, and says why."""
+    the suite). composer's XNNPACK plugin declines that node, and says why."""
     torch.manual_seed(0)
     spec = ({2: Dim("h", min=2, max=16), 3: Dim("w", min=2, max=16)},)
     inputs = (torch.randn(1, 4, 8, 8),)

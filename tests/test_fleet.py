@@ -106,7 +106,7 @@ def test_a_ray_sweep_whose_worker_node_dies_still_has_one_record_a_job(tmp_path,
 
 
 def test_a_sweep_with_measured_placement_times_each_jobs_candidates_where_it_runs(tmp_path):
-    # Issue 43 item 2: each job's candidates composed and timed by the worker that runs it
+    # Each job's candidates composed and timed by the worker that runs it
     # (on Ray with --device-resource, the node that has the device); the record says the choice.
     results = tmp_path / "measured.jsonl"
     summary = composer.sweep(["zoo:mlp"], ["openvino,xnnpack"], results=results,
@@ -124,7 +124,7 @@ def test_a_sweep_with_measured_placement_times_each_jobs_candidates_where_it_run
 
 
 def test_the_sweep_page_counts_the_jobs_filters_them_and_says_which_came_from_the_cache():
-    """Issue 58: the page had no summary, no filter, and did not say which jobs were cache
+    """The page once had no summary, no filter, and did not say which jobs were cache
     hits."""
     records = [
         {"model": "zoo:mlp", "stack": "xnnpack", "ok": True, "from_cache": True, "proof": "ran"},

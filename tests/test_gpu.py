@@ -202,7 +202,7 @@ def test_mambas_selective_scan_with_xnnpack_and_cuda_runs_in_executorchs_runtime
 def test_export_llamas_dynamic_bf16_decoder_decodes_with_cuda_in_executorchs_runtime(
     monkeypatch, tmp_path
 ):
-    # Issue 41 item 5. Plain ExecuTorch's CudaPartitioner cannot lower this decoder (aten SDPA,
+    # Plain ExecuTorch's CudaPartitioner cannot lower this decoder (aten SDPA,
     # a dynamic token dimension: a data-dependent guard); composer's program was static, then
     # its CUDA partitions failed on a size handed in as an int. Each step of a 5-token prefill
     # and single tokens after it is judged as the proof judges: against the model stepped in

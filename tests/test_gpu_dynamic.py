@@ -1,6 +1,6 @@
-"""On the GPU: the dynamic bf16 programs plain ExecuTorch lowers (a derived dim, issue 59) or
+"""On the GPU: the dynamic bf16 programs plain ExecuTorch lowers (a derived dim) or
 fails on (``xnnpack,cuda`` on an encoder; Inductor's NoValidChoicesError on a dilated or a
-transposed convolution, issue 56) are composed and proven at every size, in ExecuTorch's C++
+transposed convolution) are composed and proven at every size, in ExecuTorch's C++
 runtime where $COMPOSER_ET_RUNNER names it (bench/et_runtime)."""
 
 from __future__ import annotations

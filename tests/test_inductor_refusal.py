@@ -1,4 +1,4 @@
-"""Issue 56's repair choices on the CPU: a stand-in backend whose compiler refuses a partition
+"""Repairs of a refused compile, on the CPU: a stand-in backend whose compiler refuses a partition
 as AOTInductor's max-autotune does ("NoValidChoicesError": its Triton convolution templates
 take no dilation, and CudaBackend allows no ATen choice). Only the refused partition leaves
 the backend, and the repair says Inductor's words. (On the GPU, the cuda plugin declines a

@@ -1,4 +1,4 @@
-"""The vendor backends of ExecuTorch's wheel as composer plugins (issue 25).
+"""The vendor backends of ExecuTorch's wheel as composer plugins.
 
 Each plugin registers through the ``composer`` entry points like a third-party one. Where a
 backend lowers on this machine (Vulkan: its serialization is Python; Core ML: coremltools
@@ -141,7 +141,7 @@ def test_vulkan_options_reach_its_compile_specs():
 
 def test_vulkan_leaves_bool_ops_to_others_as_its_runtime_lacks_them():
     # ExecuTorch's Vulkan runtime has no logical_not kernel: a program whose Vulkan delegate
-    # holds one dies at load ("Missing operator: aten.logical_not.default", H200, session 34).
+    # holds one dies at load ("Missing operator: aten.logical_not.default", H200).
     # composer builds the partitioner as ExecuTorch's Vulkan tester does, skip_bool_tensors ON.
     model, inputs = zoo.load("llama_block")
     plan = composer.plan(model, ["vulkan", "xnnpack"], inputs)

@@ -1,4 +1,4 @@
-"""Measured placement chooses as it did when these choices were pinned (issue 42 item 3): a
+"""Measured placement chooses as it did when these choices were pinned: a
 change to how it gets there (fewer candidates composed, candidates ranked by their plans and
 the per-region timings, one proof) must change what it costs, not what it chooses.
 

@@ -122,7 +122,7 @@ def test_a_search_cut_short_and_an_untraced_choice_write_what_they_have():
 
 
 def test_lower_states_a_measured_choice_once_and_counts_the_fallbacks():
-    """Issue 58: the demo's measured placement printed two answers on one screen, each inside
+    """The demo's measured placement once printed two answers on one screen, each inside
     the machine's noise, in about 80 lines. Without --verbose, `composer lower` states the
     choice beside the fastest other candidate and the noise, and counts the fallbacks."""
     plan = Plan.from_json((PLANS / "measured_plan.json").read_text())

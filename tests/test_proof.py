@@ -512,7 +512,7 @@ def test_a_backend_lowering_every_partition_at_once_moves_only_the_one_that_fail
     assert "aten_add_tensor" in plan.nodes_on("xnnpack")
 
 
-# What ExecuTorch's Vulkan runtime logged on an H200 (corpus bert, vulkan,xnnpack, session 24)
+# What ExecuTorch's Vulkan runtime logged on an H200 (corpus bert, vulkan,xnnpack)
 _NO_LOGICAL_NOT = (
     "failed at run time: ExecuTorch C++ runtime failed: exit status -6; it logged: In function "
     "build_graph(), assert failed (VK_HAS_OP(op_name)): Missing operator: "
@@ -525,7 +525,7 @@ def test_a_delegate_whose_runtime_lacks_an_op_gives_up_only_that_op():
     # partitioner claims logical_not, its runtime has no kernel for it, and every Vulkan
     # delegate holding one died at load; the repair moved whole partitions (48 nodes for one
     # logical_not) to portable kernels. The runtime names the op: only its nodes move.
-    # skip_bool_tensors OFF, the partitioner's own default: since session 34 composer's is ON,
+    # skip_bool_tensors OFF, the partitioner's own default: composer's is ON,
     # and Vulkan is not offered the op.
     model, inputs = zoo.load("transformer_block")
     stack = composer.Stack(["vulkan", "xnnpack"], options={"vulkan": {"skip_bool_tensors": "OFF"}})
@@ -542,7 +542,7 @@ def test_a_delegate_whose_runtime_lacks_an_op_gives_up_only_that_op():
     moved = [n for c in culprits if c.partition in holding for n in c.nodes]
     assert {plan.node_ops[n] for n in moved} == {"aten.logical_not.default"}
     # The runtime stops at the first delegate that dies: each other one holding the op is
-    # named with it, so one round moves them all (vit_b_16: 24 rounds, one each, session 32).
+    # named with it, so one round moves them all (vit_b_16 took 24 rounds, one each, before).
     first = next(c for c in culprits if c.partition in holding)
     named = lacking_the_same_op(reference, plan, [first])
     assert {c.partition for c in named} == set(holding)
@@ -572,7 +572,7 @@ def test_a_delegate_whose_runtime_lacks_an_op_gives_up_only_that_op():
 
 
 def test_a_miss_no_delegate_explains_names_the_portable_ops_and_the_joins_between_delegates():
-    # swin_v2_t on vulkan+xnnpack (H200, session 32) missed by 0.275 with every Vulkan delegate
+    # swin_v2_t on vulkan+xnnpack (H200) missed by 0.275 with every Vulkan delegate
     # right alone, and the error said it "builds up" in the portable ops, which pass on xnnpack
     # alone: what was not ruled out is said, and how to find out.
     model, inputs = zoo.load("cumsum_mlp")

@@ -1,4 +1,4 @@
-"""A compose that succeeds keeps Inductor's autotuning chatter off the terminal (issue 56):
+"""A compose that succeeds keeps Inductor's autotuning chatter off the terminal:
 the tracebacks it logs for candidate kernels that do not fit, its per-kernel benchmarking
 line, and torchao's SyntaxWarnings; ``--debug`` shows them."""
 

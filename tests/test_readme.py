@@ -1,4 +1,4 @@
-"""The Python examples of the README and of the docs (docs/*.md) run as written (issue 33): each
+"""The Python examples of the README and of the docs (docs/*.md) run as written: each
 block is executed, in a folder of its own; the plugin guide's blocks become a real plugin module
 that ``check_plugin`` checks. The two that name a user's own model (``my_models``, a measured
 plan) are compiled only."""

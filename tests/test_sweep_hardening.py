@@ -1,4 +1,4 @@
-"""Sweeps that lose no work and say what they did (issue 55, items 2-7): a dead worker's jobs
+"""Sweeps that lose no work and say what they did: a dead worker's jobs
 run again, Ctrl-C stops promptly and counts what was written, workers die with their driver,
 a Ray address that does not answer and a bad flag get one line before any work, and workers
 keep upstream chatter off the terminal as ``lower`` does."""
@@ -128,7 +128,7 @@ def test_a_job_that_kills_its_worker_each_time_is_recorded_failed_once_with_why(
 
 
 def test_resume_runs_again_the_jobs_an_older_sweep_recorded_as_lost(in_tmp):
-    # What the sweep of issue 55 wrote when its worker died: every pending job "FAILED".
+    # What an older sweep wrote when its worker died: every pending job "FAILED".
     lost = {"model": "zoo:cumsum_mlp", "stack": "xnnpack", "ok": False,
             "error": "the worker process died: A process in the process pool was terminated"}  # fmt: skip
     first = composer.sweep(["zoo:mlp"], ["xnnpack"], results="r.jsonl", workers=1)

@@ -1,5 +1,5 @@
 """bf16 ops left to ExecuTorch's portable kernels, computed in float32 (composer.lower.widened):
-the proof's repair where the error builds up outside every delegate (issue 56)."""
+the proof's repair where the error builds up outside every delegate."""
 
 from __future__ import annotations
 
