@@ -45,7 +45,7 @@ carry those two, ``bench/et_runtime/src``, ``.whl`` and ``.whl-llama``):
         --commit $(cat $C/COMMIT) --early "..." --late "..."
 
 Results: one JSON object a line in ``$OUT/gpu_llama.jsonl`` (``kind`` says what each is);
-bench/results/gpu_llama_h100.jsonl holds the four calls of 2026-11-25 (``run`` 1-4).
+bench/results/gpu_llama_h100.jsonl.gz holds the four calls of 2026-11-25 (``run`` 1-4).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ left to portable kernels. A CUDA delegate call costs about 130 us in the C++ run
 more than the calls it adds.
 
     .venv/bin/python bench/gpu/mix_scan.py --models resnet18,bert --stacks "xnnpack;xnnpack,cuda" \\
-        --out bench/results/corpus_xnnpack_cuda_plans_s21.jsonl
+        --out bench/results/corpus_xnnpack_cuda_plans_2026-11-27.jsonl
 """
 
 from __future__ import annotations
