@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,25 @@ def test_second_declaration_of_a_backend_name_is_ignored_with_a_warning():
     ):
         registry.add_plugin(GreedyPlugin("greedy"), PluginInfo("other", "composer-other", "1"))
     assert registry.backends["greedy"].origin.name == "greedy"
+
+
+def test_a_plugin_added_again_through_its_entry_point_is_kept_once_without_a_warning():
+    # check_plugin adds the plugin under test, and its entry point loads the same object later.
+    plugin = GreedyPlugin("greedy")
+    registry = registry_with(plugin)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ComposerWarning)
+        registry.add_plugin(plugin, PluginInfo("mine", "composer-mine", "1"))
+    assert registry.backends["greedy"].plugin is plugin
+    assert registry.backends["greedy"].origin.distribution == "composer-test-greedy"
+    assert registry.failed == []
+
+
+def test_two_plugins_whose_entry_points_share_a_name_both_load():
+    registry = registry_with(GreedyPlugin("greedy"))
+    registry.add_plugin(GreedyPlugin("greedy_fork"), PluginInfo("greedy", "composer-fork", "1"))
+    assert registry.backends["greedy_fork"].origin.distribution == "composer-fork"
+    assert registry.backends["greedy"].origin.distribution == "composer-test-greedy"
 
 
 class OneSpecNotAList:

@@ -107,7 +107,14 @@ class Registry:
         A plugin whose ``composer_backends`` raises or returns something else than a list of
         ``BackendSpec`` is left out with a warning, as one that fails to import is: a stack
         that does not name it must keep working.
+
+        A plugin registered already is left as it is: the same module or object comes again
+        when its entry point loads after it was added by hand (``check_plugin`` adds the
+        plugin under test before the installed plugins load), and pluggy refuses an object
+        registered twice.
         """
+        if self.has_plugin(plugin):
+            return
         try:
             specs = self._declared_backends(plugin, info)
         except PluginError as error:
@@ -127,8 +134,14 @@ class Registry:
             self._backends[spec.name] = Backend(spec, plugin, info)
 
     def _declared_backends(self, plugin: Any, info: PluginInfo) -> list[BackendSpec]:
+        # Two distributions may give their entry points one name (or a name of composer's own):
+        # pluggy refuses a name twice, and composer asks plugins by object, never by name, so
+        # the second gets a name of its own and only its backends' names may clash (warned).
+        name = info.name
+        if self._plugin_manager.has_plugin(name):
+            name = f"{info.name} ({info.distribution}, {id(plugin):#x})"
         try:
-            self._plugin_manager.register(plugin, name=info.name)
+            self._plugin_manager.register(plugin, name=name)
         except pluggy.PluginValidationError as error:  # an argument its hook spec lacks
             raise PluginError(f"pluggy refused it: {error}") from error
         try:
