@@ -1,3 +1,4 @@
+import collections
 import os
 import warnings
 
@@ -21,3 +22,20 @@ def _quiet_upstream_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
         yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    # Each test file's time (setup, call and teardown of its tests, fixtures included),
+    # largest first, after pytest's 20 slowest tests: where the run's time goes, so that a file
+    # that grows shows before CI nears its limit.
+    totals: collections.Counter[str] = collections.Counter()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                totals[report.nodeid.split("::")[0]] += report.duration
+    if not totals:
+        return
+    terminalreporter.write_sep("=", "time per test file (sum of its tests' setup, call, teardown)")
+    for path, seconds in totals.most_common(25):
+        terminalreporter.write_line(f"{seconds:9.1f}s {path}")
+    terminalreporter.write_line(f"{sum(totals.values()):9.1f}s all {len(totals)} files")
