@@ -84,7 +84,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _lower(args: argparse.Namespace) -> int:
     import composer
-    from composer.lower.atomic import check_not_inputs, check_writable
+    from composer.lower.atomic import FORCE_FLAG, check_outputs, output_kinds
     from composer.models.model_source import load_model
     from composer.report.plan_text import summary_table
 
@@ -93,9 +93,10 @@ def _lower(args: argparse.Namespace) -> int:
         raise ComposerError(f"--report must end in .json or .html, not {report.name!r}.")
     output = Path(args.output)
     outputs = [output] if report is None else [output, report]
-    check_not_inputs(outputs, _input_files(args))
-    # Minutes of lowering must not end in "cannot write": every path is checked first.
-    check_writable(outputs)
+    # Minutes of lowering must not end in "cannot write", nor write over what the user owns:
+    # every path is checked first.
+    check_outputs(output_kinds(output, outputs), _input_files(args), force=args.force,
+                  remedy=FORCE_FLAG)  # fmt: skip
     stack = _stack(args)
     model, inputs = load_model(args.model, args.dynamic)
     started = time.perf_counter()
@@ -122,7 +123,8 @@ def _lower(args: argparse.Namespace) -> int:
     extra = {}
     if report is not None:
         extra[report] = _render_report(composition.plan, report, args.model).encode()
-    _write(composition, output, extra, summary_table(composition.plan, verbose=args.verbose))
+    _write(composition, output, extra, summary_table(composition.plan, verbose=args.verbose),
+           args.force)  # fmt: skip
     if args.verify:
         result = composition.verify()
         print(f"verify: {result}")
@@ -150,16 +152,21 @@ def _beside_plain(composition, model, inputs, stack) -> str:
 
 
 def _input_files(args: argparse.Namespace) -> list[Path]:
-    """The files ``lower`` reads: its models (``--method NAME=MODEL`` too) and its config."""
-    sources = [args.model, *(text.partition("=")[2] for text in args.methods), args.config]
-    return [Path(source) for source in sources if source and Path(source).is_file()]
+    """The files ``lower`` reads: its models (``--method NAME=MODEL`` too, a factory's module
+    source) and its config (named, or found here)."""
+    from composer.config import find_config
+    from composer.models.source_files import source_files
+
+    models = [args.model, *(text.partition("=")[2] for text in args.methods)]
+    config = Path(args.config) if args.config else find_config(Path())
+    return [*source_files(models), *([config] if config and config.is_file() else [])]
 
 
-def _write(composition, output: Path, extra: dict, table: str) -> None:
+def _write(composition, output: Path, extra: dict, table: str, force: bool) -> None:
     """Write the program and ``extra`` files (all or none, unless Ctrl-C came first), then print
     ``table`` and what was written."""
     terminal.interrupts.check()
-    composition.save(output, extra=extra)
+    composition.save(output, extra=extra, force=force)
     terminal.interrupts.written = [output, *extra]
     print(table)
     written = ", ".join(str(p) for p in [output, *extra])
@@ -199,7 +206,7 @@ def _lower_methods(args, stack, forward, progress, output: Path, report: Path | 
     if report is not None:
         extra[report] = _render_methods_report(composition, report, args.model).encode()
     table = methods_summary_table(composition.plans, composition.constant_methods)
-    _write(composition, output, extra, table)
+    _write(composition, output, extra, table, args.force)
     if args.verify:
         results = {name: composition.verify(name) for name in composition.methods}
         for name, result in results.items():
@@ -555,6 +562,7 @@ def _sweep(args: argparse.Namespace) -> int:
         update_golden=args.update_golden, resume=args.resume, workers=args.workers,
         ray=args.ray, bench=args.bench or 0, device_resource=args.device_resource,
         placement=args.placement, progress=None if args.quiet else lambda line: print(line, flush=True),
+        force=args.force,
     )  # fmt: skip
     print(summary.describe())
     print(f"results: {args.results}" + (f", table: {args.html}" if args.html else ""))
@@ -642,6 +650,11 @@ def _add_lower_command(commands) -> None:
     _add_stack_arguments(lower)
     lower.add_argument("-o", "--output", required=True, help="the .pte to write")
     lower.add_argument("--report", help="also write the plan: out.html (a picture) or out.json")
+    lower.add_argument(
+        "--force", action="store_true",
+        help="replace an existing -o or --report file that is not composer's own output of "
+        "that kind (by default such a file is refused: it may be a source, a config, notes)",
+    )  # fmt: skip
     lower.add_argument("--verify", action="store_true", help="run it and compare with eager")
     lower.add_argument(
         "--no-check", action="store_true",
@@ -733,6 +746,9 @@ def _add_sweep_command(commands) -> None:
                        help="each job's placement; measured: its candidates are composed and "
                        "timed where the job runs (with --device-resource, on that device)")  # fmt: skip
     sweep.add_argument("--quiet", action="store_true", help="no line per job")
+    sweep.add_argument("--force", action="store_true",
+                       help="replace an existing --results, --html or golden file that is not "
+                       "composer's own output of that kind (by default it is refused)")  # fmt: skip
     sweep.set_defaults(run=_sweep)
 
 

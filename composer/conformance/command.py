@@ -24,7 +24,7 @@ from composer.conformance.flows import (
     stack_name,
 )
 from composer.contract.errors import ComposerError
-from composer.lower.atomic import InterruptedAfterWriting
+from composer.lower.atomic import InterruptedAfterWriting, check_outputs
 
 SUITES = {
     "operators": "executorch.backends.test.suite.operators",
@@ -150,7 +150,7 @@ def run(
     """Run the suite, write its JSON and CSV reports, print the tables; 0 when composer lost no
     case plain passed and every flow delegated something."""
     report_dir = Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
+    _prepare_report_dir(report_dir)
     stacks = list(stacks) or default_stacks()
     check_stacks(stacks)
     print("flows: " + ", ".join(f"{COMPOSER_PREFIX}{stack_name(s)} beside {stack_name(s)}" for s in stacks))  # fmt: skip
@@ -172,6 +172,23 @@ def run(
         raise InterruptedAfterWriting([report, report_dir / "report.csv"])
     broken = [r for r in results.flow_counts(cases) if r.lowered_nothing]
     return 1 if lost_cases(cases) or broken else 0
+
+
+def _prepare_report_dir(report_dir: Path) -> None:
+    """Make the report folder, refusing first one whose report files are not the suite's own:
+    the run replaces them."""
+    if report_dir.exists() and not report_dir.is_dir():
+        raise ComposerError(f"--report-dir {report_dir} is a file, not a folder: pass a folder.")
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ComposerError(
+            f"cannot make the report folder {report_dir}: {error.strerror}. Pass another "
+            "--report-dir."
+        ) from error
+    outputs = [(report_dir / "pytest.ini", "pytest ini"), (report_dir / "report.json", "suite report"),
+               (report_dir / "report.csv", "suite table")]  # fmt: skip
+    check_outputs(outputs, remedy="pass another --report-dir, or remove the file.")
 
 
 # How long pytest may take, after Ctrl-C, to finish its case and write its report; and how

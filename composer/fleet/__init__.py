@@ -16,9 +16,17 @@ from typing import Any
 
 import attrs
 
-from composer.contract.errors import ComposerError
+from composer.contract.errors import ComposerError, first_line
 from composer.fleet.jobs import Job, ResultsFile, jobs_of, run_job
-from composer.lower.atomic import InterruptedAfterWriting, check_writable
+from composer.lower.atomic import (
+    FORCE_FLAG,
+    InterruptedAfterWriting,
+    check_ours,
+    check_outputs,
+    check_writable,
+    write_all,
+)
+from composer.models.source_files import source_files
 from composer.registry.stack import check_placement
 from composer.report.golden import describe_golden_diff
 from composer.report.sweep_html import differs_from_golden, sweep_counts, sweep_html
@@ -63,6 +71,7 @@ def sweep(
     device_resource: str | None = None,
     placement: str = "priority",
     progress: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> SweepSummary:
     """Compose every model with every stack, each a job; write one record a job to ``results``
     (JSON lines) as it finishes, and ``html`` at the end. ``golden``: compare each plan with
@@ -71,16 +80,22 @@ def sweep(
     cores, at least one), or as Ray tasks on the cluster at ``ray`` ("auto" or an address);
     ``device_resource`` is a custom Ray resource every job asks for (``device:h100``).
     ``placement``: each job's (``"measured"``: its candidates composed and timed on the node
-    that runs the job, so with ``device_resource`` they are timed on that device)."""
+    that runs the job, so with ``device_resource`` they are timed on that device).
+    ``results``, ``html`` and golden files replace only composer's own files of their kind,
+    unless ``force``; a file the sweep reads (a manifest, a model) is never replaced."""
     check_placement(placement)
-    _check_before_any_work(workers, bench, html, golden, ray, device_resource)
+    _check_before_any_work(workers, bench, golden, ray, device_resource)
     say = progress or (lambda line: None)
     jobs = jobs_of(models, stacks)
+    _check_outputs(jobs, models, results, html, golden, update_golden, force)
     if ray is not None:
         from composer.fleet.on_ray import connect
 
         connect(ray)  # before the results file is opened: a wrong address loses no results
     file = ResultsFile(results, resume=resume)
+    if file.damaged:
+        say(f"{len(file.damaged)} damaged record(s) in {results} ({file.damaged[0]}): their "
+            "job(s) run again")  # fmt: skip
     todo = [job for job in jobs if not file.has(job)]
     skipped = len(jobs) - len(todo)
     written = 0
@@ -88,7 +103,7 @@ def sweep(
     def done(record: dict[str, Any]) -> None:
         nonlocal written
         if golden is not None and record["ok"]:
-            record["golden_check"] = _golden_check(record, Path(golden), update_golden)
+            record["golden_check"] = _golden_check(record, Path(golden), update_golden, force)
         if file.write(record):
             written += 1
             verdict = "ok" if record["ok"] else f"FAILED: {record.get('error', '')[:200]}"
@@ -103,7 +118,7 @@ def sweep(
         raise SweepInterrupted(results, written, skipped, len(todo) - written) from interrupt
     records = tuple(file.of(jobs))
     if html is not None:
-        Path(html).write_text(sweep_html(records))
+        write_all({Path(html): sweep_html(records).encode()})
     return SweepSummary(records, len(todo), skipped)
 
 
@@ -135,7 +150,7 @@ def _run(todo, ray, workers, bench, done, device_resource, placement) -> None:
         run_locally(todo, processes, bench, done, placement)
 
 
-def _check_before_any_work(workers, bench, html, golden, ray, device_resource) -> None:
+def _check_before_any_work(workers, bench, golden, ray, device_resource) -> None:
     """Refuse what would fail only after the jobs ran (or lose the results file's records)."""
     if workers is not None and workers < 1:
         raise ComposerError(f"--workers must be 1 or more, not {workers}.")
@@ -143,8 +158,6 @@ def _check_before_any_work(workers, bench, html, golden, ray, device_resource) -
         raise ComposerError(f"--bench must be 1 or more (calls timed a program), not {bench}.")
     if device_resource is not None and ray is None:
         raise ComposerError("--device-resource asks Ray for a resource: pass --ray too.")
-    if html is not None:
-        check_writable([Path(html)])
     if golden is not None:
         folder = Path(golden)
         try:
@@ -157,12 +170,50 @@ def _check_before_any_work(workers, bench, html, golden, ray, device_resource) -
             ) from error
 
 
-def _golden_check(record: dict[str, Any], folder: Path, update: bool) -> str:
+def _check_outputs(jobs, models, results, html, golden, update_golden, force) -> None:
+    """Refuse, before any job runs, an output that is a file the sweep reads, two outputs of
+    one path, an existing file that is not composer's own of the kind it would be replaced by
+    (unless ``force``), and a golden file that cannot be compared with."""
+    outputs = [(Path(results), "results")]
+    if html is not None:
+        outputs.append((Path(html), "sweep page"))
+    try:  # the results file's folder is made for it, as it always was
+        Path(results).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ComposerError(f"cannot write the results to {results}: {error.strerror}. "
+                            "Pass another --results.") from error  # fmt: skip
+    reads = source_files([*models, *(job.model for job in jobs)])
+    check_outputs(outputs, reads, force=force, remedy=FORCE_FLAG)
+    if golden is None:
+        return
+    goldens = [Path(golden) / job.golden_name for job in jobs]
+    written = [path for path, _ in outputs]
+    check_writable([*written, *(p for p in goldens if update_golden or not p.exists())])
+    for path in goldens:
+        if update_golden and not force:
+            check_ours(path, "golden", "remove it, or pass --force to replace it.")
+        elif not update_golden:  # read, to compare each plan with
+            check_ours(path, "golden", "remove it, or pass --update-golden to write it again.")
+
+
+def _golden_check(record: dict[str, Any], folder: Path, update: bool, force: bool) -> str:
+    """How the job's plan compares with its golden file, or that it was written; a golden file
+    spoiled while the sweep ran is said in the record, which is kept."""
     path = folder / Job(record["model"], record["stack"]).golden_name
-    if update or not path.is_file():
-        path.write_text(json.dumps(record["golden"], indent=2, sort_keys=True) + "\n")
-        return f"golden written: {path.name}"
-    moved = describe_golden_diff(json.loads(path.read_text()), record["golden"])
+    try:
+        if update or not path.is_file():
+            if not force:
+                check_ours(path, "golden", "remove it, or pass --force to replace it.")
+            text = json.dumps(record["golden"], indent=2, sort_keys=True) + "\n"
+            write_all({path: text.encode()})
+            return f"golden written: {path.name}"
+        moved = describe_golden_diff(json.loads(path.read_text()), record["golden"])
+    except ComposerError as error:
+        return f"differs from {path.name}: not compared, {first_line(error)}"
+    except (OSError, ValueError, LookupError, TypeError, AttributeError) as error:
+        return (
+            f"differs from {path.name}: not compared, {type(error).__name__}: {first_line(error)}"
+        )
     return f"differs from {path.name}: {'; '.join(moved)}" if moved else "matches its golden plan"
 
 

@@ -134,6 +134,7 @@ class ResultsFile:
 
     def __init__(self, path: str | os.PathLike, *, resume: bool) -> None:
         self.path = Path(path)
+        self.damaged: list[str] = []  # where and why, of records resume runs again
         self.records: dict[str, dict[str, Any]] = self._read() if resume else {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,10 @@ class ResultsFile:
                     f'{self.path} line {number} is not a sweep record (no "model" and '
                     '"stack"): pass another --results, or remove the line to resume.'
                 )
-            if not lost(record):
+            damage = damaged(record)
+            if damage is not None:  # its job was not done as far as anyone can tell
+                self.damaged.append(f"line {number}: {damage}")
+            elif not lost(record):
                 found.setdefault(Job(record["model"], record["stack"]).key, record)
         return found
 
@@ -191,6 +195,33 @@ def _is_record(record: Any) -> bool:
     return isinstance(record, dict) and all(
         isinstance(record.get(field), str) for field in ("model", "stack")
     )
+
+
+# The fields a record is read back by (the summary, the page, --resume), and their types.
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "ok": bool, "error": str, "proof": str, "golden_check": str, "from_cache": bool,
+    "worker_died": bool, "golden": dict, "latency_us": (dict, str), "digest": str,
+}  # fmt: skip
+
+
+def damaged(record: Mapping[str, Any]) -> str | None:
+    """What is wrong with a record of a job (one edited, or cut by hand), or None: such a record
+    is not counted as done."""
+    if "ok" not in record:
+        return 'no "ok"'
+    for field, types in _FIELD_TYPES.items():
+        if field in record and not isinstance(record[field], types):
+            return f'"{field}" is {json.dumps(record[field])[:40]}'
+    ops = record.get("golden", {}).get("ops", {})
+    if not isinstance(ops, dict) or not all(
+        isinstance(counts, dict) and all(isinstance(n, int) for n in counts.values())
+        for counts in ops.values()
+    ):
+        return '"golden" has no op counts'
+    latency = record.get("latency_us")
+    if isinstance(latency, dict) and not isinstance(latency.get("median_us"), int | float):
+        return '"latency_us" has no median'
+    return None
 
 
 def lost(record: Mapping[str, Any]) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import secrets
@@ -19,7 +20,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from composer.contract.errors import ComposerError
@@ -66,9 +67,161 @@ def check_not_inputs(outputs: Sequence[Path], inputs: Sequence[Path]) -> None:
         for source in inputs:
             if _same_file(output, source):
                 raise ComposerError(
-                    f"{output} is the input {source}: writing it would destroy the model. "
-                    "Name another output file."
+                    f"{output} is the input {source}: writing it would destroy what this "
+                    "command reads. Name another output file."
                 )
+
+
+FORCE_FLAG = (
+    "composer replaces only its own outputs: name a new file, or pass --force to replace it."
+)
+FORCE_ARGUMENT = (
+    "composer replaces only its own outputs: name a new file, or pass force=True to replace it."
+)
+
+
+def check_outputs(
+    outputs: Sequence[tuple[Path, str]], inputs: Sequence[Path] = (), *, force: bool = False,
+    remedy: str = FORCE_ARGUMENT,
+) -> None:  # fmt: skip
+    """Refuse, before any work starts, what one command would write wrongly: an output that
+    is one of its inputs, two outputs of one path, a path that cannot be written, and (unless
+    ``force``) an existing file that is not composer's own output of the kind it would be
+    replaced by (``outputs``: each path with a kind of ``OUTPUT_KINDS``). ``remedy`` ends the
+    line of that last refusal: how the user goes on."""
+    paths = [path for path, _ in outputs]
+    check_not_inputs(paths, inputs)
+    check_writable(paths)
+    check_owned(outputs, force=force, remedy=remedy)
+
+
+def check_owned(
+    outputs: Sequence[tuple[Path, str]], *, force: bool = False, remedy: str = FORCE_ARGUMENT
+) -> None:
+    """``check_ours`` for each output and its kind, unless ``force``."""
+    if not force:
+        for path, kind in outputs:
+            check_ours(path, kind, remedy)
+
+
+def output_kinds(program: Path, files: Iterable[Path]) -> list[tuple[Path, str]]:
+    """Each file a program's save writes with its kind: the program, its tensor data (.ptd),
+    and its reports."""
+    return [
+        (path, "program" if path == program else "data" if path.suffix == ".ptd" else "report")
+        for path in files
+    ]
+
+
+def check_ours(path: Path, kind: str, remedy: str = FORCE_ARGUMENT) -> None:
+    """Refuse to replace ``path`` unless it is absent, empty where composer writes empty files,
+    or composer's own output of ``kind`` (recognized by its content, not its name): a model's
+    source, a config or a user's notes are never overwritten without being told to."""
+    what, recognized, whole_file = OUTPUT_KINDS[kind]
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return  # a link, a folder, a device: check_writable refuses those
+        with open(path, "rb") as file:
+            data = file.read() if whole_file else file.read(_HEAD_BYTES)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise ComposerError(f"cannot read {path} to see what it is: {error.strerror}.") from error
+    if not recognized(data):
+        raise ComposerError(f"{path} exists and is not {what} composer wrote; {remedy}")
+
+
+# An HTML page composer writes says so in its head; the kind tells a plan report from a
+# sweep's page, so that neither replaces the other.
+def html_marker(kind: str) -> str:
+    """The ``<meta>`` tag that marks an HTML page as composer's output of ``kind``."""
+    return f'<meta name="generator" content="composer {kind}">'
+
+
+_HEAD_BYTES = 64 * 1024  # where a program's identifier and an HTML page's marker are
+
+
+def _is_program(data: bytes) -> bool:
+    # An ExecuTorch program is a flatbuffer with the identifier "ET" and a version at 4:8.
+    return data[4:6] == b"ET" and data[4:8].isalnum()
+
+
+def _is_tensor_data(data: bytes) -> bool:
+    # ExecuTorch's external tensor data (flat_tensor.fbs): the identifier "FT01" at 4:8.
+    return data[4:6] == b"FT" and data[4:8].isalnum()
+
+
+def _json(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _has_keys(value: object, *keys: str) -> bool:
+    return isinstance(value, dict) and all(key in value for key in keys)
+
+
+def _marked(data: bytes, kind: str, legacy: bytes) -> bool:
+    # Pages written before the marker are known by their first bytes.
+    return html_marker(kind).encode() in data or data.startswith(legacy)
+
+
+def _is_report(data: bytes) -> bool:
+    if data.lstrip()[:1] == b"<":
+        return _marked(data, "report", b'<!DOCTYPE html>\n<html lang="en"><head><meta charset')
+    value = _json(data)
+    # a plan's JSON (Plan.to_json), or a program of several methods' (one plan each)
+    return _has_keys(value, "backends", "partitions", "fallbacks", "nodes") or _has_keys(
+        value, "methods", "constant_methods"
+    )
+
+
+def _is_sweep_page(data: bytes) -> bool:
+    return _marked(data, "sweep page", b"<!doctype html><meta charset=utf-8><title>composer sweep")
+
+
+def _is_results(data: bytes) -> bool:
+    """A sweep's records, one JSON object a line with "model" and "stack"; its last line may
+    be torn (a killed driver), and an empty file is what a sweep leaves before its first."""
+    lines = [line for line in data.splitlines() if line.strip()]
+    parsed = [_json(line) for line in lines]
+    if any(value is None for value in parsed[:-1]):
+        return False
+    return not lines or any(_has_keys(value, "model", "stack") for value in parsed)
+
+
+def _is_golden(data: bytes) -> bool:
+    return _has_keys(_json(data), "backends", "ops", "partitions", "delegate_calls")
+
+
+def _is_suite_report(data: bytes) -> bool:
+    # pytest-json-report's file
+    return _has_keys(_json(data), "created", "exitcode", "summary")
+
+
+def _is_suite_table(data: bytes) -> bool:
+    # the CSV of ExecuTorch's backend test suite (its CSV_FIELD_NAMES first)
+    return data.startswith(b"Test ID,Test Case,")
+
+
+def _is_pytest_ini(data: bytes) -> bool:
+    return data == b"[pytest]\n"
+
+
+# kind -> (what it is, in words; whether bytes are composer's output of that kind; whether
+# that is judged on the whole file rather than its first bytes)
+OUTPUT_KINDS = {
+    "program": ("an ExecuTorch program (.pte)", _is_program, False),
+    "data": ("ExecuTorch tensor data (.ptd)", _is_tensor_data, False),
+    "report": ("a plan report", _is_report, True),
+    "sweep page": ("a sweep's page", _is_sweep_page, False),
+    "results": ("a sweep's results", _is_results, True),
+    "golden": ("a golden plan", _is_golden, True),
+    "suite report": ("a backend test suite's JSON report", _is_suite_report, True),
+    "suite table": ("a backend test suite's table", _is_suite_table, False),
+    "pytest ini": ("the suite's pytest.ini", _is_pytest_ini, False),
+}
 
 
 def _same_file(output: Path, source: Path) -> bool:

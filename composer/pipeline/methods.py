@@ -21,7 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, ModelError
-from composer.lower.atomic import ptd_name, write_all
+from composer.lower.atomic import check_owned, output_kinds, ptd_name, write_all
 from composer.lower.lowering import keeping_unwritten, lower_edge, written
 from composer.pipeline.proven import own_pins_unremarked, repaired_stack
 from composer.pipeline.stages import Composing, Exported
@@ -80,12 +80,18 @@ class MethodsComposition:
             )
         return verify(self.methods[method], inputs)
 
-    def save(self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None) -> Path:
-        """Write the .pte, any .ptd data files beside it, and ``extra`` files, all or none."""
+    def save(
+        self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None, *,
+        force: bool = False,
+    ) -> Path:  # fmt: skip
+        """Write the .pte, any .ptd data files beside it, and ``extra`` files (reports), all or
+        none. An existing file is replaced only where it is composer's own output of the same
+        kind, unless ``force``."""
         target = Path(path)
         files = {target: self.buffer, **(extra or {})}
         for name, data in self.data_files.items():
             files[target.parent / ptd_name(name)] = data
+        check_owned(output_kinds(target, files), force=force)  # write_all checks the rest
         write_all(files)
         return target
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from composer.lower.atomic import html_marker
 from composer.report.placement_html import measured_placement
 from composer.scheduler.plans import (
     PORTABLE,
@@ -457,7 +458,7 @@ def _page(title: str, body: str) -> str:
     return "\n".join(
         [
             "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
+            f'<html lang="en"><head><meta charset="utf-8">{html_marker("report")}',
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
             f"<h1>{_e(title)}</h1>",
             body,

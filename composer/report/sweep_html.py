@@ -8,6 +8,8 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from composer.lower.atomic import html_marker
+
 HEAD = ("model", "stack", "result", "cache", "nodes per backend", "proof or error", "golden",
         "program digest", "seconds", "median us")  # fmt: skip
 
@@ -36,7 +38,8 @@ def sweep_html(records: Sequence[dict[str, Any]]) -> str:
     )
     foot = f'<tfoot><tr><td colspan="{len(HEAD)}">{html.escape(total)}</td></tr></tfoot>'
     return (
-        f"<!doctype html><meta charset=utf-8><title>composer sweep</title><style>{STYLE}</style>"
+        f"<!doctype html><meta charset=utf-8>{html_marker('sweep page')}<title>composer sweep</title>"
+        f"<style>{STYLE}</style>"
         f"<h1>composer sweep: {len(records)} job(s)</h1><p>{html.escape(total)}</p>{FILTER}"
         "<table><thead><tr>"
         + "".join(f"<th>{h}</th>" for h in HEAD)

@@ -13,7 +13,7 @@ import attrs
 import torch
 
 from composer.contract.errors import ComposerError
-from composer.lower.atomic import ptd_name, write_all
+from composer.lower.atomic import check_owned, output_kinds, ptd_name, write_all
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, verify
 from composer.scheduler.plans import Plan
@@ -75,13 +75,19 @@ class Composition:
         """The lowered program as Python, in which delegates run their subgraphs."""
         return self._lowering().reference
 
-    def save(self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None) -> Path:
-        """Write the .pte, any .ptd data files beside it, and ``extra`` files, all or none."""
+    def save(
+        self, path: str | os.PathLike, extra: Mapping[Path, bytes] | None = None, *,
+        force: bool = False,
+    ) -> Path:  # fmt: skip
+        """Write the .pte, any .ptd data files beside it, and ``extra`` files (reports), all or
+        none. An existing file is replaced only where it is composer's own output of the same
+        kind (a program, tensor data, a report), unless ``force``."""
         target = Path(path)
         files = {target: self.buffer}
         for name, data in self.data_files.items():
             files[target.parent / ptd_name(name)] = data
         files.update(extra or {})
+        check_owned(output_kinds(target, files), force=force)  # write_all checks the rest
         write_all(files)
         return target
 
