@@ -49,7 +49,8 @@ class _Worker:
     def __init__(self, context, quiet: bool) -> None:
         self.conn, theirs = context.Pipe()
         self.process = context.Process(target=_serve, args=(theirs, os.getpid(), quiet))
-        self.process.start()
+        with _main_left_out():
+            self.process.start()
         theirs.close()
         self.job: Job | None = None
 
@@ -141,6 +142,28 @@ class _Pool:
                 worker.process.join()
         self.workers.clear()
         self.retired.clear()
+
+
+@contextlib.contextmanager
+def _main_left_out() -> Iterator[None]:
+    """Start a worker without the driver's ``__main__``. A spawned process runs the driver's
+    script (or ``-m`` module) again first, so that what the driver pickled from it can be
+    found; a script that calls ``composer.sweep()`` without an ``if __name__ == "__main__":``
+    guard would start its whole sweep again in every worker (truncating the results file), and
+    the worker dies of it. A worker takes only composer's own function and plain data, so it
+    is started as from an interactive session, where spawn imports no ``__main__``."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {name: vars(main)[name] for name in ("__spec__", "__file__") if name in vars(main)}
+    main.__spec__ = None
+    vars(main).pop("__file__", None)
+    try:
+        yield
+    finally:
+        vars(main).pop("__spec__", None)
+        vars(main).update(saved)
 
 
 def _death(exitcode: int | None) -> str:
