@@ -353,7 +353,7 @@ def _compare_with_eager(compare: str, buffer: bytes, eager, inputs, outputs) -> 
     where they do not match."""
     import torch
 
-    from composer.run.accuracy import eager_in_precision, judge, truth
+    from composer.run.accuracy import eager_in_precision, holds_nonfinite, judge, truth
     from composer.run.runtime import installed_tolerance
 
     with torch.no_grad():
@@ -364,9 +364,11 @@ def _compare_with_eager(compare: str, buffer: bytes, eager, inputs, outputs) -> 
     expected, eager_in = eager_in_precision(eager, inputs, expected, precision)
     reference, truth_name = truth(eager, inputs)
     verdict = judge(outputs, expected, reference, steps=tolerance.steps if tolerance else 0,
-                    truth_name=truth_name, eager_in=eager_in)  # fmt: skip
-    ok, worst = verdict.ok, verdict.max_abs_error
-    verdict_word = "OK" if ok else "MISMATCH"
+                    truth_name=truth_name, eager_in=eager_in,
+                    inputs_nonfinite=holds_nonfinite(inputs))  # fmt: skip
+    # every output NaN in fp64 too is no match: nothing was held to anything
+    ok, worst = verdict.ok and not verdict.nothing_compared, verdict.max_abs_error
+    verdict_word = "OK" if ok else "NOT PROVEN" if verdict.ok else "MISMATCH"
     print(
         f"compare with {compare}: {verdict_word}, max |pte - eager| = {worst:.3g}; "
         f"{verdict.describe()}"

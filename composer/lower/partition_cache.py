@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import io
 import multiprocessing
 import pickle
@@ -33,6 +34,7 @@ from executorch.exir._serialize._cord import FileBackedData
 from executorch.exir.backend import backend_api
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 
+from composer.contract.machine import MachineError, retried_once
 from composer.lower.cache import Store
 from composer.lower.compiler_raised import CompilerRaised, handed_nodes
 from composer.lower.fingerprint import (
@@ -143,7 +145,13 @@ def _wrapper(cls: type, backend: Backend, store: Store | None, reuse: Reuse, job
             nodes = {name: origin for *_, each in singles for name, origin in each.items()}
             try:
                 with pending_symbols_set_aside(everything):
-                    results = original(klass, edge_programs, compile_specs)
+                    # the machine's errors are retried, never the backend's refusal
+                    results = retried_once(
+                        functools.partial(original, klass, edge_programs, compile_specs),
+                        f"lowering partitions with {cls.__name__}",
+                    )
+            except MachineError:
+                raise
             except Exception as error:
                 failures = _failing_alone(klass, original, singles)
                 raise CompilerRaised(cls, failures or [(nodes, error)]) from error
@@ -187,7 +195,12 @@ def _failing_alone(klass: type, original, singles: list) -> list:
     for method, program, specs, nodes in singles:
         try:
             with pending_symbols_set_aside([program]):
-                original(klass, {method: [program]}, {method: [specs]})
+                retried_once(
+                    functools.partial(original, klass, {method: [program]}, {method: [specs]}),
+                    f"lowering a partition with {klass.__name__}",
+                )
+        except MachineError:
+            raise
         except Exception as error:  # noqa: BLE001 - each partition is tried, then raised
             failures.append((nodes, error))
     return failures
@@ -268,7 +281,11 @@ def _preprocess_serially(cls: type, work: list) -> list:
     for program, specs in work:
         nodes = handed_nodes([program])
         try:
-            results.append(cls.preprocess(program, specs))
+            # the machine's errors are retried, never the backend's refusal
+            doing = f"lowering a partition with {cls.__name__}"
+            results.append(retried_once(functools.partial(cls.preprocess, program, specs), doing))
+        except MachineError:
+            raise
         except Exception as error:  # noqa: BLE001 - every partition is tried, then raised
             # The rest are still lowered: DenseNet's four concatenations each failed
             # OpenVINO's conversion, and found one at a time they cost four more lowerings.

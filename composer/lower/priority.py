@@ -16,6 +16,7 @@ from torch.export import ExportedProgram
 
 from composer.contract.backend_spec import BackendSpec, safer_options_change
 from composer.contract.errors import ComposerError, PluginError, PreprocessFailed
+from composer.contract.machine import failed_twice, machine_error
 from composer.lower.compiler_raised import CompilerRaised, said
 from composer.lower.export import parameters_written, parameters_written_error
 from composer.lower.kernel_gaps import PASSES as KERNEL_GAP_PASSES
@@ -159,6 +160,10 @@ def _lower(
     except ComposerError:
         raise
     except Exception as error:
+        if machine_error(error) is not None:
+            # Out of memory or processes around the compiler: the machine's, not the
+            # backend's, so no partition moves for it (a compiler's own call was retried).
+            raise failed_twice(error, "lowering", retried=False) from error
         failure = _lowering_error(error, partitioners, records, dims, program)
         # A backend's compiler that raised is the backend's failure, and a repair moves its
         # partition; anything else may be a parameter write, which only a retrace shows.

@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from composer.contract.errors import ComposerError, first_line
+from composer.contract.machine import MachineError
 from composer.measure import hosted_trace, region_search
 from composer.measure.candidates import Candidate, always_composed, candidates
 from composer.measure.choice import Choice, Measurement, choose, choose_confirmed
@@ -161,6 +162,8 @@ class _Programs:
         self.say(f"placement: composing {candidate.label}")
         try:
             composition = self.compose_candidate(candidate)
+        except MachineError:
+            raise  # the machine's, not the candidate's: which wins must not depend on the load
         except ComposerError as error:
             # One order or backend failing to lower (OpenVINO alone keeps a bilinear upsample
             # whole that it cannot take) leaves the others to choose from.

@@ -160,6 +160,14 @@ def _attempt(
             _raise_with_tried(error, failed)
         culprits = list(error.culprits)
         return _Failed(culprits, _changing(composition.plan, culprits), None)
+    if proof.ran and not proof.compared:
+        # Written, as what the model computes; but the plan alone would not show that nothing
+        # was held to anything.
+        warnings.warn(
+            f"the composed program is not proven: it {proof.describe()}",
+            ComposerWarning,
+            stacklevel=2,
+        )
     return _finished(composition, failed, proof.describe())
 
 

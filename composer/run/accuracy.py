@@ -36,6 +36,8 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from composer.contract.machine import machine_error
+
 # torch._dynamo.utils.same: 2x eager's RMSE for fp32, 3x for the half types, more for small
 # tensors, whose RMSE is dominated by a few elements (its use_larger_multiplier_for_smaller_tensor).
 FLOAT_MULTIPLIER = 2.0
@@ -87,6 +89,14 @@ class OutputVerdict:
     program_worst: float | None = None  # max |program - truth|
     eager_worst: float | None = None  # max |eager - truth|
     worst_allowed: float | None = None
+    # Elements left out of the figures: NaN or inf in the reference, as in the program (or
+    # anything in the program where the inputs held NaN or inf), and what they were.
+    not_compared: int = 0
+    compared: int = 0
+    nonfinite: str = ""  # "NaN", "inf", "NaN or inf": what the reference held there
+    # of those, where the program held something else: not judged, for the inputs held NaN
+    # or inf, and what a backend makes of them is its own
+    excused: int = 0
 
     @property
     def share(self) -> float:
@@ -133,6 +143,36 @@ class Verdict:
             worst = max(worst, output.max_abs)
         return worst
 
+    @property
+    def nothing_compared(self) -> bool:
+        """Whether no element was compared: every output NaN or inf in the reference too (a
+        NaN weight), or empty. Not a mismatch, and never a match."""
+        return (
+            self.ok
+            and sum(o.not_compared for o in self.outputs) > 0
+            and sum(o.compared for o in self.outputs) == 0
+        )
+
+    def nonfinite_said(self) -> str:
+        """How many output elements were left out as NaN or inf, or ""."""
+        left = sum(o.not_compared for o in self.outputs)
+        if not left:
+            return ""
+        total = sum(o.not_compared + o.compared for o in self.outputs)
+        kinds = {o.nonfinite for o in self.outputs if o.nonfinite}
+        kind = kinds.pop() if len(kinds) == 1 else "NaN or inf"
+        where = self.truth or "eager"
+        excused = sum(o.excused for o in self.outputs)
+        differ = (
+            f" (the program's differ at {excused} of them: the inputs hold NaN or inf, and "
+            "what a backend makes of those is not judged)"
+            if excused
+            else ""
+        )
+        if self.nothing_compared:
+            return f"nothing compared: every output element is {kind} in {where} too{differ}"
+        return f"{left} of {total} output elements {kind} in {where} too, not compared{differ}"
+
     def worst(self) -> OutputVerdict | None:
         """A failing output (one without figures first), else the one closest to its allowance."""
         pool = [o for o in self.outputs if not o.ok] or [
@@ -143,7 +183,15 @@ class Verdict:
         return max(pool, key=lambda o: o.share)
 
     def describe(self) -> str:
-        """``rmse 0.0051 against fp64, eager bf16 0.0047, allowed 0.014``; or why not judged so."""
+        """``rmse 0.0051 against fp64, eager bf16 0.0047, allowed 0.014``; or why not judged so;
+        and how many elements were NaN or inf, where any were."""
+        said = self._figures()
+        nonfinite = self.nonfinite_said()
+        if self.nothing_compared:
+            return nonfinite
+        return f"{said}; {nonfinite}" if nonfinite and self.ok else said
+
+    def _figures(self) -> str:
         worst = self.worst()
         if worst is None:
             without = (
@@ -168,11 +216,17 @@ class Verdict:
 
 def judge(
     program: Any, eager: Any, truth: Any = None, *, steps: int = 0, truth_name: str = "fp64",
-    eager_in: str = "",
+    eager_in: str = "", inputs_nonfinite: bool = False,
 ) -> Verdict:  # fmt: skip
     """Judge ``program``'s outputs against ``truth`` beside ``eager``'s (all nested as the model
     returns them). ``steps``: integer outputs may differ by that many (an int8 kernel rounds
-    where the q/dq simulation does not)."""
+    where the q/dq simulation does not).
+
+    NaN and inf compare as ``torch.testing.assert_close(equal_nan=True)`` compares them: the
+    same NaN and inf (with its sign) as the reference's is equal, and left out of the figures;
+    another one is a mismatch, except where the reference holds NaN or inf and the inputs did
+    (``inputs_nonfinite``): what a backend makes of an inf is its own, and the model's answer
+    there is not a number to hold it to."""
     got, want = flatten_tensors(program), flatten_tensors(eager)
     true = flatten_tensors(truth) if truth is not None else None
     if true is not None and len(true) != len(want):
@@ -181,7 +235,7 @@ def judge(
         lost = OutputVerdict(False, math.inf, why=f"{len(got)} outputs against eager's {len(want)}")
         return Verdict((lost,), truth_name if true is not None else "", eager_in)
     verdicts = tuple(
-        _judge_one(g, w, None if true is None else true[i], steps)
+        _judge_one(g, w, None if true is None else true[i], steps, inputs_nonfinite)
         for i, (g, w) in enumerate(zip(got, want))
     )
     return Verdict(verdicts, truth_name if true is not None else "", eager_in)
@@ -196,8 +250,19 @@ def worst(reference: torch.Tensor, value: torch.Tensor) -> float:
     return (reference - value).abs().max().item() if reference.numel() else 0.0
 
 
+def holds_nonfinite(value: Any) -> bool:
+    """Whether ``value`` (inputs, nested) holds a NaN or an inf in a floating tensor."""
+    return any(
+        t.is_floating_point() and not bool(t.isfinite().all()) for t in flatten_tensors(value)
+    )
+
+
 def _judge_one(
-    got: torch.Tensor, want: torch.Tensor, true: torch.Tensor | None, steps: int
+    got: torch.Tensor,
+    want: torch.Tensor,
+    true: torch.Tensor | None,
+    steps: int,
+    inputs_nonfinite: bool = False,
 ) -> OutputVerdict:
     if got.shape != want.shape:
         why = f"output shape {list(got.shape)} against eager's {list(want.shape)}"
@@ -207,33 +272,39 @@ def _judge_one(
         largest = 0.0 if difference is None else float(difference.max().item())
         ok = largest <= steps
         return OutputVerdict(
-            ok, largest, why="" if ok else f"integer outputs differ by {largest:g}"
-        )
-    program, eager = got.detach().double(), want.detach().double()
-    # NaN where eager has NaN is what eager computes (a model with uninitialized weights:
-    # export_llama without a checkpoint); NaN elsewhere, or none where eager has one, is not.
-    both_nan = program.isnan() & eager.isnan()
-    if bool((program.isnan() ^ eager.isnan()).any()):
-        return OutputVerdict(
-            False, float("nan"), why="NaN where eager has none (or none where it has)"
-        )
-    program, eager = program.masked_fill(both_nan, 0.0), eager.masked_fill(both_nan, 0.0)
+            ok, largest, why="" if ok else f"integer outputs differ by {largest:g}",
+            compared=want.numel(),
+        )  # fmt: skip
     if want.numel() == 0:
         return OutputVerdict(True, 0.0)
+    program, eager = got.detach().double(), want.detach().double()
+    usable = true is not None and true.is_floating_point() and true.shape == want.shape
+    true = true.detach().double() if usable else None
+    # NaN where eager has NaN is what eager computes (a model with uninitialized weights:
+    # export_llama without a checkpoint); NaN elsewhere, or none where eager has one, is not.
+    kept = _Finite.of(program, eager, true, inputs_nonfinite)
+    if kept.wrong:
+        return OutputVerdict(False, float("nan"), why=kept.wrong)
+    counts = {"not_compared": kept.left, "compared": want.numel() - kept.left,
+              "nonfinite": kept.kind, "excused": kept.excused}  # fmt: skip
+    if kept.left:
+        program, eager = program[kept.mask], eager[kept.mask]
+        true = None if true is None else true[kept.mask]
+        if not program.numel():
+            return OutputVerdict(True, 0.0, **counts)
     max_abs = worst(eager, program)
-    if true is None or not true.is_floating_point() or true.shape != want.shape:
+    if true is None:
         atol, rtol = default_tolerance(want.dtype)
         ok = torch.allclose(program, eager, atol=atol, rtol=rtol)
         why = "" if ok else (
             f"max |composed - eager| = {max_abs:.3g}, past atol {atol:g} rtol {rtol:g} "
             "(no higher-precision run to judge by)"
         )  # fmt: skip
-        return OutputVerdict(ok, max_abs, why=why)
-    true = true.detach().double().masked_fill(both_nan, 0.0)
-    if bool(true.isnan().any()) or bool(true.isinf().any()):
+        return OutputVerdict(ok, max_abs, why=why, **counts)
+    if not bool(true.isfinite().all()):
         true = torch.where(true.isfinite(), true, eager)  # eager decides where fp64 cannot
     program_error, eager_error = rmse(true, program), rmse(true, eager)
-    allowed = multiplier(want.dtype, want.numel()) * eager_error + TOL / 10
+    allowed = multiplier(want.dtype, program.numel()) * eager_error + TOL / 10
     program_worst, eager_worst = worst(true, program), worst(true, eager)
     worst_allowed = WORST_MULTIPLIER * eager_worst + TOL / 10
     # dynamo's first test: as close to eager as fp32 accumulation order ever makes two
@@ -243,8 +314,71 @@ def _judge_one(
     )
     return OutputVerdict(
         ok, max_abs, program_error, eager_error, allowed, "", program_worst, eager_worst,
-        worst_allowed,
+        worst_allowed, **counts,
     )  # fmt: skip
+
+
+def _same_nonfinite(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Where ``a`` and ``b`` hold the same NaN or inf (an inf of the same sign)."""
+    return ~a.isfinite() & ((a == b) | (a.isnan() & b.isnan()))
+
+
+@attrs.frozen
+class _Finite:
+    """Which elements of one output are compared: where the program and eager both computed a
+    number. The rest must be the reference's NaN and inf, as assert_close(equal_nan=True)
+    compares them: eager's, or the truth's where eager's dtype overflowed and the program did
+    not."""
+
+    mask: torch.Tensor  # the elements compared
+    left: int  # how many were not
+    kind: str  # what the reference held where they were not: "NaN", "inf", "NaN or inf"
+    excused: int  # of those, where the program held another (the inputs held NaN or inf)
+    wrong: str  # why the program's NaN and inf are not the reference's, or ""
+
+    @classmethod
+    def of(
+        cls, program: torch.Tensor, eager: torch.Tensor, true: torch.Tensor | None,
+        inputs_nonfinite: bool,
+    ) -> _Finite:  # fmt: skip
+        program_finite, eager_finite = program.isfinite(), eager.isfinite()
+        mask = program_finite & eager_finite
+        if bool(mask.all()):
+            return cls(mask, 0, "", 0, "")
+        true_finite = eager_finite if true is None else true.isfinite()
+        agree = mask | _same_nonfinite(program, eager)
+        if true is not None:
+            agree |= _same_nonfinite(program, true) | (program_finite & true_finite)
+        differ = ~agree
+        # Where the reference itself is no number, and the inputs held NaN or inf, the
+        # program is not held to the reference's NaN: OpenVINO computes numbers from an
+        # input's inf where eager computes NaN, and right at every other element.
+        excused = differ & ~(eager_finite & true_finite)
+        if not inputs_nonfinite:
+            excused = torch.zeros_like(differ)
+        wrong = differ & ~excused
+        reference = eager if true is None else torch.where(true_finite, eager, true)
+        skipped = ~mask
+        nan = bool((reference.isnan() & skipped).any())
+        inf = bool((reference.isinf() & skipped).any())
+        kind = "NaN or inf" if nan and inf else "NaN" if nan else "inf" if inf else "NaN or inf"
+        return cls(mask, int(skipped.sum()), kind, int(excused.sum()), _said_wrong(
+            program, eager, wrong))  # fmt: skip
+
+
+def _said_wrong(program: torch.Tensor, eager: torch.Tensor, wrong: torch.Tensor) -> str:
+    """Why the program's NaN and inf are not eager's, in counts; "" where they are."""
+    if not bool(wrong.any()):
+        return ""
+    program_finite, eager_finite = program.isfinite(), eager.isfinite()
+    said = []
+    if count := int((wrong & ~program_finite & eager_finite).sum()):
+        said.append(f"{count} NaN or inf where eager computes a number")
+    if count := int((wrong & program_finite & ~eager_finite).sum()):
+        said.append(f"{count} number(s) where eager's are NaN or inf")
+    if count := int((wrong & ~program_finite & ~eager_finite).sum()):
+        said.append(f"{count} NaN or inf unlike eager's")
+    return f"of {program.numel()} output elements, " + ", ".join(said)
 
 
 # --- the truth: the model in float64, or a quantized model without its activations' q/dq ---
@@ -272,7 +406,9 @@ def run_in_precision(
     try:
         with torch.no_grad():
             return copied(*in_precision(tuple(inputs), dtype))
-    except Exception:  # noqa: BLE001 - any failure means the same: no run in that precision
+    except Exception as error:  # any other failure means the same: no run in that precision
+        if machine_error(error) is not None:
+            raise  # out of memory: the machine's, not a model that will not run so
         return None
     finally:
         free_copy(copied)
@@ -463,7 +599,9 @@ def truth(module: torch.nn.Module, inputs: Sequence[Any]) -> tuple[Any | None, s
         try:
             with torch.no_grad():
                 return stripped(*copy.deepcopy(tuple(inputs))), "the float model"
-        except Exception:  # noqa: BLE001 - no float run: judged against eager instead
+        except Exception as error:  # no float run: judged against eager instead
+            if machine_error(error) is not None:
+                raise  # out of memory: the machine's, not a model that will not run so
             return None, ""
         finally:
             free_copy(stripped)

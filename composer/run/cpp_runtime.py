@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import tempfile
@@ -27,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from composer.contract.errors import ComposerError
+from composer.contract.machine import KilledChild
 from composer.lower.atomic import ptd_name
 from composer.lower.runtime_kernels import RUNNER_VARIABLE
 
@@ -51,6 +53,11 @@ CODES = {dtype: code for code, dtype in DTYPES.items()}
 class RunnerError(RuntimeError):
     """The runner could not load or run the program; the message names the operators it found
     no kernel for (``missing_kernels``) and the errors it logged, then has its stderr's end."""
+
+
+class RunnerKilled(RunnerError, KilledChild):
+    """The runner was killed (SIGKILL: the kernel's out-of-memory killer, as a rule): the
+    machine's doing, not the program's."""
 
 
 # ExecuTorch's registry logs "kernel 'aten::foo.out' not found." before the method's
@@ -176,6 +183,8 @@ def run_pte_detailed(
         for line in done.stdout.splitlines():
             if line.startswith("{"):
                 report = json.loads(line)
+        if done.returncode == -signal.SIGKILL:
+            raise RunnerKilled(f"{runner} was killed (SIGKILL); stderr ends: {done.stderr[-300:]}")
         if done.returncode != 0 or report is None or not report.get("ok"):
             why = report.get("error") if report else f"exit status {done.returncode}"
             missing = missing_kernels(done.stderr)

@@ -10,6 +10,7 @@ its nodes, which the pipeline hands to the next backend.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,11 +21,13 @@ import torch
 import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
+from composer.contract.machine import MachineError, retried_once
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
 from composer.run.accuracy import (
     TOL,
     eager_in_precision,
     flatten_tensors,
+    holds_nonfinite,
     judge,
     rmse,
     truth,
@@ -102,10 +105,17 @@ class Proof:
     # the sizes it ran at, for a program with dynamic dims ("example", "max (s27=128)", ...)
     sizes: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()  # sizes eager itself refused, so nothing to compare with
+    # sizes it ran at where every output was NaN or inf in fp64 too: nothing was compared
+    uncompared: tuple[str, ...] = ()
 
     @property
     def ran(self) -> bool:
         return self.verification is not None
+
+    @property
+    def compared(self) -> bool:
+        """Whether it ran and compared something: at some size an output was a number."""
+        return self.ran and len(self.uncompared) < max(len(self.sizes), 1)
 
     def describe(self) -> str:
         if self.verification is None:
@@ -113,6 +123,16 @@ class Proof:
         at = f" at {len(self.sizes)} sizes: {'; '.join(self.sizes)}" if len(self.sizes) > 1 else ""
         if self.skipped:
             at += f" (eager refused {'; '.join(self.skipped)})"
+        if not self.compared:
+            # All NaN in the program and in fp64 too is no match: nothing was held to anything.
+            said = self.verification.verdict.describe().removeprefix("nothing compared: ")
+            return (
+                f"ran{at} in {self.seconds:.2f} s ({self.verification.executor}), but nothing "
+                f"was compared: {said}; the model computes no number from these inputs (a NaN "
+                "weight, or inputs that hold NaN or inf)"
+            )
+        if self.uncompared:
+            at += f" (nothing compared at {'; '.join(self.uncompared)}: NaN in fp64 too)"
         return (
             f"ran and matched eager{at} in {self.seconds:.2f} s ({self.verification.executor}): "
             f"{self.verification.verdict.describe()}"
@@ -146,9 +166,15 @@ def prove(composition: Provable) -> Proof:
     sizes = sizes_to_prove(composition.example_inputs, composition.plan.dynamic_dims)
     ran: list[str] = []
     skipped: list[str] = []
+    uncompared: list[str] = []
     for label, inputs in sizes:
         try:
-            expected = expected_outputs(composition, inputs)
+            # the machine's errors are retried, never a size eager refused
+            expected = retried_once(
+                functools.partial(expected_outputs, composition, inputs), "running eager"
+            )
+        except MachineError:
+            raise
         except Exception:
             if label == "example":
                 raise
@@ -156,12 +182,20 @@ def prove(composition: Provable) -> Proof:
             continue
         at = "" if len(sizes) == 1 else f" at {label}"
         try:
-            verification = verify(composition, inputs, expected)
+            # the machine's errors are retried, never a delegate's failure to repair
+            verification = retried_once(
+                functools.partial(verify, composition, inputs, expected),
+                f"running the program{at}",
+            )
+        except MachineError:
+            raise
         except (ComposerError, RuntimeError) as error:
             failure = f"failed at run time{at}: {first_line(error)}"
         else:
             if verification.ok:
                 ran.append(label)
+                if verification.verdict.nothing_compared:
+                    uncompared.append(label)
                 continue
             failure = (
                 f"does not match eager{at}: max |composed - eager| = "
@@ -184,7 +218,10 @@ def prove(composition: Provable) -> Proof:
         how = f" (found by {HOW})" if culprits or mismatch else ""
         raise ProgramFailed(f"the composed program {failure}{where}{how}", culprits, failure)
     seconds = time.perf_counter() - started
-    return Proof(verification, why, seconds, tuple(ran) if len(sizes) > 1 else (), tuple(skipped))
+    return Proof(
+        verification, why, seconds, tuple(ran) if len(sizes) > 1 else (), tuple(skipped),
+        tuple(uncompared),
+    )  # fmt: skip
 
 
 def outside_the_delegates(plan: Any) -> str:
@@ -245,6 +282,8 @@ def localize_all(
             finder.run(*inputs)
         except _Stopped:
             pass
+        except MachineError:
+            raise
         except Exception:  # noqa: BLE001 - outside every delegate: no culprit to name
             return []
     if finder.failed:
@@ -442,7 +481,9 @@ class _DelegateChecker(torch.fx.Interpreter):
         if delegate is None:
             return expected
         try:
-            got = delegate(*operands)
+            got = retried_once(functools.partial(delegate, *operands), f"running {name} alone")
+        except MachineError:
+            raise
         except (ComposerError, RuntimeError) as error:
             self.failed.append((name, f"failed at run time: {first_line(error)}"))
             return expected
@@ -482,8 +523,9 @@ class _DelegateChecker(torch.fx.Interpreter):
         # a backend computing in bf16 by design is held to its subgraph run in bf16
         eager, eager_in = eager_in_precision(subgraph, operands, expected, self._precision(lowered))
         verdict = judge(
-            got, eager, true, steps=self.steps, truth_name=truth_name, eager_in=eager_in
-        )
+            got, eager, true, steps=self.steps, truth_name=truth_name, eager_in=eager_in,
+            inputs_nonfinite=holds_nonfinite(operands),
+        )  # fmt: skip
         if not verdict.ok:
             why = (
                 f"does not match its subgraph: max error {verdict.max_abs_error:.3g}; "

@@ -18,7 +18,14 @@ import attrs
 import torch
 
 from composer.run import aoti_host, cpp_runtime, cuda_manifest
-from composer.run.accuracy import Verdict, eager_in_precision, free_copy, judge, truth
+from composer.run.accuracy import (
+    Verdict,
+    eager_in_precision,
+    free_copy,
+    holds_nonfinite,
+    judge,
+    truth,
+)
 from composer.run.inputs import flat_inputs
 from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
 from composer.scheduler.plans import Plan
@@ -76,10 +83,14 @@ class Expected:
     truth_name: str = ""
     eager_in: str = ""  # "bfloat16": eager run in a backend's lower precision
     steps: int = 0  # integer outputs may differ by this many (quantized programs)
+    # the inputs held NaN or inf: what a backend makes of them, where the reference is no
+    # number either, is not judged (composer.run.accuracy.judge)
+    inputs_nonfinite: bool = False
 
     def judge(self, outputs: Any) -> Verdict:
         return judge(outputs, self.eager, self.truth, steps=self.steps,
-                     truth_name=self.truth_name, eager_in=self.eager_in)  # fmt: skip
+                     truth_name=self.truth_name, eager_in=self.eager_in,
+                     inputs_nonfinite=self.inputs_nonfinite)  # fmt: skip
 
 
 def expected_outputs(composition: Checkable, inputs: Sequence[Any]) -> Expected:
@@ -94,7 +105,7 @@ def expected_outputs(composition: Checkable, inputs: Sequence[Any]) -> Expected:
     # A backend computing in bf16 by design (OpenVINO on CPUs with bf16 units) is held to
     # what eager achieves in bf16, not fp32: the plan says so.
     eager, eager_in = eager_in_precision(composition.eager, inputs, eager, plan.computes_in())
-    return Expected(eager, reference, name, eager_in, steps)
+    return Expected(eager, reference, name, eager_in, steps, holds_nonfinite(inputs))
 
 
 def verify(
