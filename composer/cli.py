@@ -73,11 +73,14 @@ def _backends(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     import composer
     from composer.models.model_source import load_model
+    from composer.registry.asking import telling
     from composer.report.plan_text import summary_table
 
     stack = _stack(args)
     model, inputs = load_model(args.model, args.dynamic)
-    plan = composer.plan(model, stack, inputs, cache=not args.no_cache)
+    # A plugin slow to answer is named on stderr; stdout holds the plan alone.
+    with telling(lambda line: print(line, file=sys.stderr, flush=True)):
+        plan = composer.plan(model, stack, inputs, cache=not args.no_cache)
     print(plan.to_json() if args.json else summary_table(plan))
     return 0
 

@@ -24,6 +24,7 @@ from composer.lower.pending_symbols import pending_symbols_set_aside
 from composer.lower.runtime_kernels import target_kernels
 from composer.lower.size_reads import sizes_per_reader
 from composer.lower.widened import widened
+from composer.registry.asking import telling
 from composer.registry.resolved import ResolvedStack
 from composer.scheduler.build import build_plan
 from composer.scheduler.dynamic_dims import dynamic_dims
@@ -37,6 +38,18 @@ from composer.scheduler.schedule import PrioritySchedule
 
 
 def lower_in_order(
+    program: ExportedProgram,
+    resolved: ResolvedStack,
+    progress: Callable[[str], None] | None = None,
+    again: Callable[[], ExportedProgram] | None = None,
+) -> tuple[EdgeProgramManager, Plan]:
+    """:func:`_lower_in_order`, a plugin slow to answer any question of it named where
+    ``progress`` goes: ExecuTorch asks which ops to keep whole before any backend partitions."""
+    with telling(progress):
+        return _lower_in_order(program, resolved, progress, again)
+
+
+def _lower_in_order(
     program: ExportedProgram,
     resolved: ResolvedStack,
     progress: Callable[[str], None] | None = None,

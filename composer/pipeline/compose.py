@@ -19,6 +19,7 @@ from composer.measure.placement_cache import cache_key
 from composer.pipeline.arguments import check_arguments
 from composer.pipeline.methods import MethodsComposition, compose_methods
 from composer.pipeline.stages import Composing, Exported, compose_resolved, plan_resolved
+from composer.registry.asking import telling
 from composer.registry.discovery import Registry
 from composer.registry.resolved import ResolvedStack, resolve_stack
 from composer.registry.stack import Stack
@@ -48,7 +49,8 @@ def plan(
     model, stack, dynamic_shapes = _recipe_applied(model, stack, example_inputs, dynamic_shapes)
     stack = Stack.of(stack, **settings)
     exported = Exported.of(model, example_inputs, dynamic_shapes)
-    resolved = resolve_stack(stack, registry, must_lower_here=False)
+    with telling(progress):  # a plugin slow to say its options or whether it runs here
+        resolved = resolve_stack(stack, registry, must_lower_here=False)
     return plan_exported(stack, resolved, exported, progress, cache, own_plugins=registry is None)
 
 
@@ -145,7 +147,8 @@ def compose(
     stack = Stack.of(stack, **settings)
     _use_threads(stack)
     # With measured placement each candidate must lower here, not the whole stack.
-    resolved = resolve_stack(stack, registry, must_lower_here=stack.placement != "measured")
+    with telling(progress):  # a plugin slow to say its options or whether it runs here
+        resolved = resolve_stack(stack, registry, must_lower_here=stack.placement != "measured")
     return compose_model(
         stack, resolved, model, example_inputs, progress=progress, cache=cache, jobs=jobs,
         check=check, dynamic_shapes=dynamic_shapes, constant_methods=constant_methods,

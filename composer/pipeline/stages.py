@@ -31,6 +31,7 @@ from composer.lower.export import (
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
 from composer.lower.program_cache import ProgramCache
 from composer.pipeline.proven import composed_and_proven, repaired_stack
+from composer.registry.asking import telling
 from composer.registry.resolved import ResolvedStack
 from composer.registry.stack import Stack
 from composer.run.composition import Composition
@@ -119,7 +120,8 @@ def compose_resolved(exported: Exported, resolved: ResolvedStack, how: Composing
             how.progress(f"reused the composed program from the cache ({how.folder})")
         replay(stored.get("warnings", ()))
         return lowering.from_cache(stored)
-    with composer_warnings() as said:
+    # a plugin slow to answer, in lowering or in the proof, is named where progress goes
+    with composer_warnings() as said, telling(how.progress):
         composition = composed_and_proven(
             lowering.build, resolved.stack, check=how.check, progress=how.progress
         )

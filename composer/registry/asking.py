@@ -23,6 +23,10 @@ SLOW_ANSWER_S = float(os.environ.get("COMPOSER_SLOW_ANSWER_S", "5"))
 
 Tell = Callable[[str], None]
 _sink: contextvars.ContextVar[Tell | None] = contextvars.ContextVar("composer_sink", default=None)
+# The clocks (composer.registry.asking.counting) that the answers' time goes to.
+_clocks: contextvars.ContextVar[tuple[Clock, ...]] = contextvars.ContextVar(
+    "composer_clocks", default=()
+)
 _logger = logging.getLogger("composer")
 
 
@@ -49,9 +53,31 @@ _watcher: list[threading.Thread] = []
 _watcher_lock = threading.Lock()
 
 
+class Clock:
+    """Seconds the plugins took to answer within a :func:`counting` block."""
+
+    seconds: float = 0.0
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[Clock]:
+    """Within this block, the time every question to a plugin takes is added to the clock
+    given (a backend's partitioning counts the answers it waited for before it began)."""
+    clock = Clock()
+    token = _clocks.set((*_clocks.get(), clock))
+    try:
+        yield clock
+    finally:
+        _clocks.reset(token)
+
+
 @contextlib.contextmanager
 def telling(progress: Tell | None) -> Iterator[None]:
-    """Within this block, notices of slow answers go to ``progress`` (a compose's progress)."""
+    """Within this block, notices of slow answers go to ``progress`` (a compose's progress);
+    with ``None``, where they went around it (``composer plan``'s stderr), else to the log."""
+    if progress is None:
+        yield
+        return
     token = _sink.set(progress)
     try:
         yield
@@ -70,12 +96,14 @@ def asking(who: str, what: str) -> Iterator[None]:
     try:
         yield
     finally:
+        waited = time.monotonic() - question.started
         if outer is None:
             _in_flight.pop(thread, None)
+            for clock in _clocks.get():  # a question asked within an answer is counted in it
+                clock.seconds += waited
         else:
             _in_flight[thread] = outer
         if question.told:
-            waited = time.monotonic() - question.started
             question.tell(f"{who} answered {what} after {waited:.1f} s")
 
 

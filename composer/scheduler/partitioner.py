@@ -17,7 +17,7 @@ from torch.export import ExportedProgram
 from composer.contract.errors import PluginError
 from composer.contract.op_names import op_name
 from composer.registry.answers import plugin_label
-from composer.registry.asking import telling
+from composer.registry.asking import counting, telling
 from composer.registry.discovery import Backend, Registry
 from composer.scheduler.boundary import CONSTANTS_ONLY, partition_within_boundary, reading_an_input
 from composer.scheduler.guards import (
@@ -160,6 +160,9 @@ class ComposerPartitioner(Partitioner):
         self.kept_whole_ops: frozenset[object] = frozenset()  # what this backend last asked for
         self.declined: Mapping[str, str] = {}  # node name -> why, from its last partition()
         self._pieces: PieceProbes | None = None
+        # Seconds its plugin took answering before partition() (which ops to keep whole, and
+        # the probes of them): counted in its partitioning's time, where the wait shows.
+        self._answering = 0.0
         # (ops, filter): this partitioner's last answer to ops_to_not_decompose
         self.asked_to_keep: tuple[list[object], Callable | None] | None = None
         # Whether its ExecuTorch backend must exist: a real backend's, and a stand-in's for a
@@ -282,9 +285,20 @@ class ComposerPartitioner(Partitioner):
         if self._pieces is None:
             self._pieces = PieceProbes(lambda probe: self.support(probe, set()),
                                        self.kept_whole_ops)  # fmt: skip
-        return self._pieces.prefers_pieces(node, program, pinned)
+        with counting() as clock:
+            try:
+                return self._pieces.prefers_pieces(node, program, pinned)
+            finally:
+                self._answering += clock.seconds
 
     def _own_ops_to_not_decompose(self, ep: ExportedProgram, record: bool = True):
+        with counting() as clock:
+            try:
+                return self._asked_ops_to_not_decompose(ep, record)
+            finally:
+                self._answering += clock.seconds
+
+    def _asked_ops_to_not_decompose(self, ep: ExportedProgram, record: bool):
         ops = self.registry.ops_to_not_decompose(self.backend, ep, self.options)
         if ops is not None:
             answer = (ops, None)
@@ -340,7 +354,8 @@ class ComposerPartitioner(Partitioner):
         )
         owned = tag_state(exported_program, set(tags)) if self.backend.spec.keeps_state else {}
         check_lowerable(graph, f"backend {self.backend.name!r}")
-        self._report(partitions, time.perf_counter() - started)
+        answering, self._answering = self._answering, 0.0
+        self._report(partitions, time.perf_counter() - started + answering)
         if self.on_partition is not None:
             self.on_partition(
                 PartitionRecord(
