@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from composer.contract.hookspecs import BackendPlugin
     from composer.contract.op_names import op_name
     from composer.contract.options import Option
+    from composer.contract.runtime import Delegate, DelegateRuntime
     from composer.contract.support import ExplainedSupport
     from composer.fleet import sweep
     from composer.pipeline.compose import compose, plan
@@ -50,6 +51,8 @@ _MODULE_OF = {
     "ComposerError": "composer.contract.errors",
     "ComposerWarning": "composer.contract.errors",
     "Composition": "composer.run.composition",
+    "Delegate": "composer.contract.runtime",
+    "DelegateRuntime": "composer.contract.runtime",
     "ExplainedSupport": "composer.contract.support",
     "Fallback": "composer.scheduler.plans",
     "MethodsComposition": "composer.pipeline.methods",
@@ -83,6 +86,8 @@ __all__ = [
     "ComposerError",
     "ComposerWarning",
     "Composition",
+    "Delegate",
+    "DelegateRuntime",
     "ExplainedSupport",
     "Fallback",
     "MethodsComposition",

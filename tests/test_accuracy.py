@@ -17,7 +17,7 @@ from composer.contract.hookspecs import hookimpl
 from composer.pipeline import proven
 from composer.registry.stack import Stack
 from composer.report.plan_text import summary_table
-from composer.run import aoti_host, verification
+from composer.run import piecewise, verification
 from composer.run.accuracy import eager_in_precision, judge, truth, unquantized
 from composer.run.runtime import program_backend_ids, run_program
 
@@ -179,7 +179,7 @@ def xnnpack_one_percent_high(monkeypatch):
             outputs = [o * 1.01 if o.is_floating_point() else o for o in outputs]
         return outputs
 
-    alone = aoti_host.RuntimeDelegate.forward
+    alone = piecewise.RuntimeDelegate.forward
 
     def forward(self, *inputs):
         outputs = alone(self, *inputs)
@@ -187,7 +187,7 @@ def xnnpack_one_percent_high(monkeypatch):
         return scale(outputs) if self.single_output else tuple(scale(o) for o in outputs)
 
     monkeypatch.setattr(verification, "run_program", run_program)
-    monkeypatch.setattr(aoti_host.RuntimeDelegate, "forward", forward)
+    monkeypatch.setattr(piecewise.RuntimeDelegate, "forward", forward)
 
 
 def test_a_delegate_one_percent_off_is_caught_named_and_moved(xnnpack_one_percent_high):

@@ -23,15 +23,17 @@ import composer
 from composer.contract.errors import ComposerError
 from composer.measure import hosted_trace
 from composer.models import zoo
-from composer.run import aoti_host, cuda_manifest, runtime, torch_free_runtime
+from composer.plugins.cuda import manifest as cuda_manifest
+from composer.plugins.cuda import runtime as cuda_runtime
+from composer.plugins.cuda.manifest import ManifestFormatError, parse_manifest
+from composer.run import named_data, piecewise, runtime, torch_free_runtime
 from composer.run.compare import compare, flatten_tensors
-from composer.run.cuda_manifest import ManifestFormatError, parse_manifest
 from composer.run.runtime import LoadedProgram
 
 FIXTURE = Path(__file__).parent / "data" / "aoti"
 needs_gpu = pytest.mark.skipif(
-    aoti_host.host_unavailable_reason() is not None,
-    reason=f"needs a CUDA GPU: {aoti_host.host_unavailable_reason()}",
+    cuda_runtime.host_unavailable_reason() is not None,
+    reason=f"needs a CUDA GPU: {cuda_runtime.host_unavailable_reason()}",
 )
 
 
@@ -79,7 +81,7 @@ def _written_by_executorch(tmp_path, weights, device_type=writer.AOTI_DEVICE_TYP
 def test_executorch_still_writes_the_manifest_version_composer_reads():
     assert writer.CUDA_WEIGHT_CACHE_MAGIC == cuda_manifest.MANIFEST_MAGIC, (
         f"ExecuTorch's CUDA manifest is now {writer.CUDA_WEIGHT_CACHE_MAGIC!r}; composer reads "
-        f"{cuda_manifest.MANIFEST_MAGIC!r}. Update composer/run/cuda_manifest.py:parse_manifest."
+        f"{cuda_manifest.MANIFEST_MAGIC!r}. Update composer/plugins/cuda/manifest.py:parse_manifest."
     )
 
 
@@ -96,7 +98,7 @@ def test_manifest_written_by_executorch_reads_back_every_field(tmp_path):
         assert (entry.sizes, entry.strides) == (tuple(tensor.shape), tensor.stride())
         assert entry.storage_offset == tensor.storage_offset()
         assert entry.storage_nbytes == tensor.untyped_storage().nbytes()
-        rebuilt = aoti_host.weight_tensor(entry, data[entry.storage_key])
+        rebuilt = cuda_runtime.weight_tensor(entry, data[entry.storage_key])
         assert torch.equal(rebuilt, tensor), entry.fqn
     keys = {entry.fqn: entry.storage_key for entry in manifest.entries}
     assert keys["layer.weight"] == "cuda_fqn_weight:cpu:layer.weight"
@@ -159,7 +161,7 @@ def test_manifest_and_ptd_of_a_real_cuda_program():
     """What composer wrote for zoo:mlp with the real CUDA backend on a GPU (tests/data/aoti/
     README.md), read on any machine: the manifest names the weights the .ptd holds."""
     manifest = parse_manifest((FIXTURE / "mlp_cuda.manifest").read_bytes())
-    data = cuda_manifest.ptd_named_data((FIXTURE / "mlp_cuda.ptd").read_bytes())
+    data = named_data.ptd_named_data((FIXTURE / "mlp_cuda.ptd").read_bytes())
     shapes = {name: tuple(p.shape) for name, p in zoo.load("mlp")[0].named_parameters()}
     # AOTInductor kept fc3.bias (8 floats) inside the .so: not every parameter is in the .ptd.
     assert [entry.fqn for entry in manifest.entries] == [
@@ -178,7 +180,7 @@ def test_moving_the_reference_leaves_the_composition_alone():
     # LoweredBackendModule.__deepcopy__ shares its program's state_dict with the original.
     model, inputs = zoo.load("mlp")
     composition = composer.compose(model, ["xnnpack"], inputs)
-    moved = aoti_host.reference_on(composition, "meta")
+    moved = piecewise.reference_on(composition, "meta")
     assert all(p.device.type == "meta" for p in _program_tensors(moved))
     assert all(p.device.type == "cpu" for p in _program_tensors(composition.reference))
     with torch.no_grad():
@@ -193,14 +195,14 @@ def _program_tensors(module):
             yield from program.state_dict.values()
 
 
-@pytest.mark.skipif(aoti_host.host_unavailable_reason() is None, reason="a GPU is here")
+@pytest.mark.skipif(cuda_runtime.host_unavailable_reason() is None, reason="a GPU is here")
 def test_without_a_gpu_hosting_says_why():
-    reason = aoti_host.host_unavailable_reason()
+    reason = cuda_runtime.host_unavailable_reason()
     assert "CUDA" in reason
     model, inputs = zoo.load("mlp")
     composition = composer.compose(model, ["xnnpack"], inputs)
-    with pytest.raises(ComposerError, match="cannot run the compiled CUDA delegates here"):
-        aoti_host.aoti_hosted(composition, host="cuda")
+    with pytest.raises(ComposerError, match="cannot host the program on the GPU here"):
+        piecewise.piecewise_module(composition, host="cuda")
 
 
 @pytest.mark.parametrize("model_name", ["cumsum_mlp", "transformer_block"])
@@ -209,10 +211,10 @@ def test_delegates_of_backends_the_runtime_has_run_there(model_name):
     OpenVINO delegate runs as a program of its own in the ExecuTorch runtime."""
     model, inputs = zoo.load(model_name)
     composition = composer.compose(model, ["xnnpack", "openvino"], inputs)
-    hosted = aoti_host.aoti_hosted(composition)
-    in_runtime = [m for m in hosted.modules() if isinstance(m, aoti_host.RuntimeDelegate)]
+    hosted = piecewise.piecewise_module(composition)
+    in_runtime = [m for m in hosted.modules() if isinstance(m, piecewise.RuntimeDelegate)]
     assert len(in_runtime) == composition.plan.delegate_calls > 1
-    assert not [n for n in hosted.graph.nodes if aoti_host._is_delegate_call(n)]
+    assert not [n for n in hosted.graph.nodes if piecewise._is_delegate_call(n)]
     with torch.no_grad():
         ok, worst = compare(flatten_tensors(hosted(*inputs)), model(*inputs))
     assert ok, f"max |hosted - eager| = {worst}"
@@ -226,7 +228,7 @@ def test_under_another_torch_a_delegate_without_a_runtime_says_why(monkeypatch):
     monkeypatch.setattr(runtime, "BUILT_FOR_TORCH", "0.0.")
     model, inputs = zoo.load("mlp")
     composition = composer.compose(model, ["xnnpack"], inputs)
-    hosted = aoti_host.aoti_hosted(composition)
+    hosted = piecewise.piecewise_module(composition)
     assert hosted.meta["in_runtime"] == []
     [(_, why)] = hosted.meta["in_python"]
     assert why == (
@@ -235,16 +237,16 @@ def test_under_another_torch_a_delegate_without_a_runtime_says_why(monkeypatch):
         "needs Python 3.12)"
     )
     with pytest.raises(ComposerError, match="1 delegate.s. would run as Python subgraphs"):
-        aoti_host.program_runner(composition, hosted=True)
+        piecewise.program_runner(composition, hosted=True)
 
 
 def test_a_hosted_program_offers_what_a_loaded_one_does():
     """How measured placement times every candidate of a stack with CUDA in it."""
     model, inputs = zoo.load("cumsum_mlp")
     composition = composer.compose(model, ["xnnpack"], inputs)
-    hosted = aoti_host.program_runner(composition, hosted=True)
-    loaded = aoti_host.program_runner(composition, hosted=False)
-    assert isinstance(hosted, aoti_host.HostedProgram)
+    hosted = piecewise.program_runner(composition, hosted=True)
+    loaded = piecewise.program_runner(composition, hosted=False)
+    assert isinstance(hosted, piecewise.HostedProgram)
     assert isinstance(loaded, LoadedProgram)
     ok, worst = compare(hosted.run(inputs), loaded.run(inputs))
     assert ok, worst
@@ -257,7 +259,7 @@ def test_a_hosted_trace_times_each_call_and_names_its_partition():
     """What measured placement reads for a stack with CUDA in it, where ETDump sees nothing."""
     model, inputs = zoo.load("cumsum_mlp")
     composition = composer.compose(model, ["xnnpack"], inputs)
-    program = aoti_host.program_runner(composition, hosted=True)
+    program = piecewise.program_runner(composition, hosted=True)
     traced = hosted_trace.trace_together({"xnnpack": program}, inputs, runs=7)["xnnpack"]
     partitions = [p.id for p in composition.plan.partitions]
     assert [(unit, where) for unit, where, _latency in traced.steps] == [
@@ -299,14 +301,14 @@ def _composed(model_name: str, stack: tuple[str, ...]):
 @needs_gpu
 def test_compiled_delegates_match_eager(model_name, stack, host):
     composition = _composed(model_name, stack)
-    hosted = aoti_host.aoti_hosted(composition, host=host)
-    compiled = [m for m in hosted.modules() if isinstance(m, aoti_host.CompiledCudaDelegate)]
+    hosted = piecewise.piecewise_module(composition, host=host)
+    compiled = [m for m in hosted.modules() if isinstance(m, piecewise.PluginDelegate)]
     assert len(compiled) == len(composition.plan.partitions_of("cuda")) > 0
-    in_runtime = [m for m in hosted.modules() if isinstance(m, aoti_host.RuntimeDelegate)]
+    in_runtime = [m for m in hosted.modules() if isinstance(m, piecewise.RuntimeDelegate)]
     in_python = hosted.meta["in_python"]
     assert len(in_runtime) + len(in_python) == len(composition.plan.partitions_of("xnnpack"))
     assert all(why for _delegate, why in in_python)  # each says why
-    assert not [n for n in hosted.graph.nodes if aoti_host._is_delegate_call(n)]
+    assert not [n for n in hosted.graph.nodes if piecewise._is_delegate_call(n)]
     inputs = composition.example_inputs
     with torch.no_grad():
         expected = composition.eager(*inputs)
@@ -314,9 +316,8 @@ def test_compiled_delegates_match_eager(model_name, stack, host):
     assert all(t.device.type == host for t in flatten_tensors(actual))
     ok, worst = compare([t.cpu() for t in flatten_tensors(actual)], expected)
     assert ok, f"max |.so - eager| = {worst}"
-    assert cuda_manifest.weights_check(composition.buffer, composition.data_files) == [
-        [] for _ in compiled
-    ]
+    data = named_data.named_data(composition.buffer, composition.data_files)
+    assert cuda_manifest.weights_check(composition.buffer, data) == [[] for _ in compiled]
 
 
 @pytest.mark.gpu
@@ -325,7 +326,7 @@ def test_xnnpack_delegates_run_in_a_runtime_on_the_gpu_machine():
     """The GPU machine's torch is not the pip runtime's: there the delegates run in the
     torch-free runtime, their compiled code still, not as Python subgraphs."""
     composition = _composed("transformer_block", ("xnnpack", "cuda"))
-    hosted = aoti_host.aoti_hosted(composition)
+    hosted = piecewise.piecewise_module(composition)
     assert hosted.meta["in_python"] == []
     runtimes = {name for _, name in hosted.meta["in_runtime"]}
     assert len(hosted.meta["in_runtime"]) == len(composition.plan.partitions_of("xnnpack")) > 0
@@ -344,12 +345,17 @@ def test_weights_come_from_the_ptd():
     computes with those parameters zeroed, not what the trained model computes."""
     composition = _composed("mlp", ("cuda",))
     (manifest,) = cuda_manifest.cuda_manifests(composition.buffer)
-    data = cuda_manifest.named_data(composition.buffer, composition.data_files)
+    data = named_data.named_data(composition.buffer, composition.data_files)
     zeroed = {
         key: bytes(len(value)) if key.startswith("cuda_fqn_weight:") else value
         for key, value in data.items()
     }
-    module = aoti_host.CompiledCudaDelegate(manifest, zeroed, "cpu", single_output=True)
+    compiled = cuda_runtime.CompiledCudaDelegate(manifest, zeroed)
+
+    def module(*inputs):
+        (output,) = compiled(inputs)
+        return output.cpu()
+
     inputs = composition.example_inputs
     eager = copy.deepcopy(composition.eager)
     with torch.no_grad():
@@ -360,4 +366,4 @@ def test_weights_come_from_the_ptd():
         assert ok, f"max |.so with zeroed .ptd - eager with zeroed weights| = {worst}"
         assert not compare(module(*inputs), composition.eager(*inputs))[0]
     with pytest.raises(ComposerError, match="data is incomplete"):
-        aoti_host.CompiledCudaDelegate(manifest, {}, "cpu", single_output=False)
+        cuda_runtime.CompiledCudaDelegate(manifest, {})

@@ -3,7 +3,7 @@
 A second compose of an unchanged model in a new process reads the program from the cache.
 Importing ExecuTorch's compiler (``executorch.exir``: seconds for its edge dialect's YAML), a
 backend's partitioner or Inductor on that path made a hit cost half a first compose (once,
-by one module-level import in ``run/aoti_host.py``); what the hit imported says so on any machine.
+by one module-level import in ``run/piecewise.py``); what the hit imported says so on any machine.
 """
 
 from __future__ import annotations

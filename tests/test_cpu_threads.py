@@ -136,7 +136,7 @@ def test_the_torch_free_runtime_takes_the_threads_too(tmp_path):
         import torch, composer
         from composer.models import zoo
         from composer.run import cpu_threads
-        from composer.run.aoti_host import program_runner
+        from composer.run.piecewise import program_runner
         from composer.run.compare import compare
         model, inputs = zoo.load("mlp")
         before = cpu_threads.current()

@@ -340,7 +340,7 @@ def test_a_candidate_that_fails_to_lower_is_noted_and_the_rest_measured(cache):
 
 
 def test_hosted_the_search_and_the_partition_times_come_from_each_call_timed(cache):
-    """With CUDA in the stack on a GPU every candidate runs hosted (composer.run.aoti_host), where
+    """With CUDA in the stack on a GPU every candidate runs hosted (composer.run.piecewise), where
     ETDump sees nothing: the per-region search and the per-partition times then time each
     call there. Here the hosted executor runs OpenVINO and XNNPACK delegates in the runtime."""
     model, inputs = zoo.load("cumsum_mlp")

@@ -48,6 +48,7 @@ RIGHT = {
     "composer_ops_to_not_decompose": {"None"},
     "composer_quantizer": {"None"},
     "composer_unavailable_reason": {"None", "a string"},
+    "composer_runtime": {"None"},
     # the support object's questions
     "is_node_supported": {"a bool"},
     "reason_unsupported": {"None", "a string", "an empty string"},
@@ -113,6 +114,7 @@ def ask(registry, hook: str, program):
             backend, program, {}
         ),
         "composer_quantizer": lambda: registry.quantizer(backend, {}),
+        "composer_runtime": lambda: registry.runtime(backend),
     }
     if hook in asks:
         return asks[hook]()

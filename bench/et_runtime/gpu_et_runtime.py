@@ -6,7 +6,7 @@ C++ runtime with the CUDA and XNNPACK backends, built by build.sh; composer/run/
 compares, on the same inputs:
 
 - outputs: the C++ runtime's against eager on the CPU (fp32), and against composer's own host
-  (``composer.aoti_host.aoti_hosted(host="cpu")``: each CUDA delegate's .so run by libtorch,
+  (``composer.aoti_host.piecewise_module(host="cpu")``: each CUDA delegate's .so run by libtorch,
   XNNPACK delegates in the torch-free runtime, the rest in Python);
 - latency per call (inputs and outputs on the CPU, as the .pte takes and gives them): the C++
   runtime (timed inside the runner around ``Module::execute``), composer's host, eager on the
@@ -121,7 +121,7 @@ def eager_on_gpu(model, inputs):
             module(*[t.to("cuda") for t in inputs])
         return module, "nn.Module"
     except RuntimeError:
-        aoti_host = composer_module("aoti_host")
+        aoti_host = composer_module("piecewise")
         exported = torch.export.export(copy.deepcopy(model), tuple(inputs), strict=False).module()
         aoti_host.retarget_factories(exported, "cuda")
         return exported.to("cuda"), "exported graph, factory ops on the GPU"
@@ -144,7 +144,7 @@ def stateful_steps(args, model_name, composition, pte, data_files, aoti_host, zo
     with torch.no_grad():
         eager = zoo.load(model_name)[0]
         expected = [eager(*step) for step in steps]
-        hosted = aoti_host.aoti_hosted(composition, host="cpu")
+        hosted = aoti_host.piecewise_module(composition, host="cpu")
         host = [hosted(*step) for step in steps]
     result: dict = {"steps": len(steps)}
     try:
@@ -176,7 +176,7 @@ def run_case(args, model_name: str, stack: str) -> dict:
     import composer
 
     zoo = composer_module("zoo")
-    aoti_host = composer_module("aoti_host")
+    aoti_host = composer_module("piecewise")
     row: dict = {"model": model_name, "stack": stack}
     model, inputs = zoo.load(model_name)
     start = time.perf_counter()
@@ -253,7 +253,7 @@ def run_case(args, model_name: str, stack: str) -> dict:
     # composer's host: CUDA delegates' .so through libtorch, the rest as composer runs it.
     try:
         with torch.no_grad():
-            hosted = aoti_host.aoti_hosted(composition, host="cpu")
+            hosted = aoti_host.piecewise_module(composition, host="cpu")
             host_outputs = hosted(*inputs)
             row["composer_host"] = {
                 "executor": aoti_host.EXECUTOR,

@@ -9,7 +9,7 @@ named data, and every weight its manifest lists in the .ptd with the manifest's 
 host<->device copies (et_copy._h2d_copy/_d2h_copy) sit exactly where a CUDA delegate meets
 host data; the composed program run on the GPU by the reference executor (each delegate
 executes its own subgraph with CUDA tensors) matches eager; and the composed program with each
-CUDA delegate executed as its compiled .so (composer.run.aoti_host: libtorch hosts it, weights
+CUDA delegate executed as its compiled .so (composer.run.piecewise: libtorch hosts it, weights
 bound from the .ptd, the rest as the Python reference, on the CPU as in the .pte or all on the
 GPU) matches eager, timed against eager on the GPU. It also times composer against
 ExecuTorch's own to_edge_transform_and_lower with CudaPartitioner on the same model, in the
@@ -33,9 +33,10 @@ import torch.fx
 
 import composer
 from composer.models import zoo
-from composer.run import aoti_host, cuda_manifest
-from composer.run.aoti_host import reference_on
+from composer.plugins.cuda import manifest as cuda_manifest
+from composer.run import named_data, piecewise
 from composer.run.compare import compare, default_tolerance, flatten_tensors
+from composer.run.piecewise import reference_on
 
 STACKS = {
     "cuda": ["cuda"],
@@ -97,7 +98,7 @@ def pte_check(composition) -> dict:
     in_pte = set(pte.named_data.pte_data) if pte.named_data is not None else set()
     delegates = pte.program.execution_plan[0].delegates
     manifests = cuda_manifest.cuda_manifests(composition.buffer)
-    data = cuda_manifest.named_data(composition.buffer, composition.data_files)
+    data = named_data.named_data(composition.buffer, composition.data_files)
     weights = []
     for manifest in manifests:
         problems = cuda_manifest.missing_weights(manifest, data)
@@ -165,20 +166,20 @@ def eager_on_gpu(model, inputs):
         return module, "nn.Module"
     except RuntimeError:
         module = torch.export.export(copy.deepcopy(model), tuple(inputs), strict=False).module()
-        aoti_host.retarget_factories(module, "cuda")
+        piecewise.retarget_factories(module, "cuda")
         return module.to("cuda"), "exported graph, factory ops on the GPU"
 
 
 def compiled_run(composition, model, inputs, repeats: int) -> dict:
     """The composed program with each CUDA delegate run as its .so, against eager: error and
     median latency, the rest on the CPU (as the .pte runs it) and all on the GPU."""
-    row: dict = {"executor": aoti_host.EXECUTOR}
+    row: dict = {"executor": piecewise.EXECUTOR}
     with torch.no_grad():
         expected = copy.deepcopy(model)(*inputs)
         for host in ("cpu", "cuda"):
-            hosted = aoti_host.aoti_hosted(composition, host=host)
+            hosted = piecewise.piecewise_module(composition, host=host)
             row["compiled_delegates"] = sum(
-                isinstance(m, aoti_host.CompiledCudaDelegate) for m in hosted.modules()
+                isinstance(m, piecewise.PluginDelegate) for m in hosted.modules()
             )
             host_inputs = [t.to(host) for t in inputs]
             actual = [t.cpu() for t in flatten_tensors(hosted(*host_inputs))]
@@ -300,7 +301,7 @@ def main() -> int:
     env = environment()
     print(json.dumps(env), flush=True)
     if args.save_fixture:
-        # tests/test_aoti_host.py reads this on CPU: a real CUDA manifest and .ptd.
+        # tests/test_piecewise.py reads this on CPU: a real CUDA manifest and .ptd.
         model, inputs = zoo.load("mlp")
         saved = composer.compose(model, ["cuda"], inputs).save(f"{args.save_fixture}/mlp_cuda.pte")
         print(f"wrote {saved} and its .ptd", flush=True)

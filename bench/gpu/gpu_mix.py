@@ -16,7 +16,7 @@
 Composes each three ways, each lowered for real: xnnpack alone, cuda alone, and
 ``[xnnpack, cuda]`` with node pins (``Stack.never``) that split the model between them as
 said. Then times the three together, interleaved, hosted as measured placement times a stack
-with CUDA in it (``composer.run.aoti_host``: CUDA delegates as their ``.so``, XNNPACK ones in an
+with CUDA in it (``composer.run.piecewise``: CUDA delegates as their ``.so``, XNNPACK ones in an
 ExecuTorch runtime), and checks each against eager. ``--threads N`` gives XNNPACK N threads
 (``Stack.threads``; the runtime's default is one per core). Results: bench/RESULTS.md.
 """
@@ -34,8 +34,8 @@ from torch import nn
 import composer
 from composer.measure.latency import interleaved
 from composer.run import cpu_threads
-from composer.run.aoti_host import program_runner
 from composer.run.compare import compare
+from composer.run.piecewise import program_runner
 
 
 def wide_head(hidden: int, width: int, classes: int) -> nn.Sequential:

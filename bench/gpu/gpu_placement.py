@@ -5,7 +5,7 @@
 
 For each model, ``composer.compose(..., placement="measured")`` composes the candidates (the
 declared order with priority and strict placement, the other order, each backend alone) and
-times them together, interleaved: every candidate runs hosted (``composer.run.aoti_host``: CUDA
+times them together, interleaved: every candidate runs hosted (``composer.run.piecewise``: CUDA
 delegates as their compiled .so, XNNPACK delegates in an ExecuTorch runtime (the torch-free
 executorch-numpy-runtime under the GPU machine's torch 2.11), the glue in Python).
 With two backends the per-region search runs too, hosted as well (each call timed,

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
     from composer.contract.backend_spec import BackendSpec
     from composer.contract.options import Option
+    from composer.contract.runtime import DelegateRuntime
 
 PROJECT_NAME = "composer"
 
@@ -288,6 +289,37 @@ class BackendPlugin(metaclass=_PluginClass):
         still works: composer then partitions exactly as it would on the target but lowers with
         a stand-in, so the plan on a laptop is the plan on the target. ``compose`` refuses such
         a backend with this reason.
+        """
+        return None
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_runtime(self, backend: BackendSpec) -> DelegateRuntime | None:
+        """Return the :class:`composer.DelegateRuntime` that runs ``backend``'s delegates here.
+
+        This is the runtime half of a backend (ExecuTorch's ``BackendInterface``): composer
+        proves every program it writes by running it, and a delegate runs only where some
+        runtime has its backend. Give one, and composer runs each of your delegates alone on the
+        operands eager computes for it and judges it against its subgraph in float64 (a wrong
+        op is found and moved off your backend), and runs a program no single runtime here runs
+        whole piece by piece: your delegates in your runtime, the others in theirs, what lies
+        between them in Python. The proof line names your runtime. A minimal one::
+
+            class MyRuntime(composer.DelegateRuntime):
+                name = "my driver"
+
+                def load(self, delegate):
+                    engine = my_driver.load(delegate.processed_bytes)
+                    return lambda operands: engine.run([t.numpy() for t in operands])
+
+            @hookimpl
+            def composer_runtime(backend):
+                return MyRuntime()
+
+        Return a fresh or a shared object; composer asks once per process. ``None`` (the
+        default): the ExecuTorch runtime installed here runs your delegates where its build
+        registers your backend id (the pip wheel has XNNPACK and OpenVINO); elsewhere they are
+        not run, and the proof says the program was not proven here.
         """
         return None
 

@@ -1,4 +1,4 @@
-"""Per-call times of programs run hosted (:mod:`composer.run.aoti_host`), where ETDump sees nothing.
+"""Per-call times of programs run hosted (:mod:`composer.run.piecewise`), where ETDump sees nothing.
 
 The hosted executor runs a composed program's graph in Python: each delegate is one module
 call (a CUDA delegate's compiled ``.so``, another backend's delegate in an ExecuTorch

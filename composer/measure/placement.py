@@ -49,8 +49,8 @@ from composer.measure.placement_cache import read_cache, write_cache
 from composer.measure.runner_timing import runner_interleaved
 from composer.measure.units import partition_times
 from composer.run import cpu_threads
-from composer.run.aoti_host import program_runner
 from composer.run.cpp_runtime import RunnerProgram
+from composer.run.piecewise import program_runner
 from composer.scheduler.measured_placement import RegionSearch
 from composer.scheduler.plans import describe_repair
 
@@ -82,7 +82,7 @@ def measure(
     """Compose and time every candidate (cached by ``key``); returns the choice and the
     compositions it made (none when the cache answered).
 
-    ``hosted``: run every candidate through ``aoti_host`` (a stack with CUDA in it, on a
+    ``hosted``: run every candidate through ``piecewise`` (a stack with CUDA in it, on a
     GPU) instead of the runtime, and time each call there (``composer.measure.hosted_trace``)
     instead of tracing with ETDump. ``plan_candidate`` plans a candidate without lowering;
     given, and with two or more backends, a per-region candidate is searched too

@@ -210,7 +210,7 @@ def _befores(places: Sequence[str]) -> list[str]:
 
 def on_backends(measured: Costs) -> Costs:
     """``measured`` without the portable option of the regions a backend takes. Hosted
-    (``composer.run.aoti_host``), what lies outside the delegates runs as torch ops in Python:
+    (``composer.run.piecewise``), what lies outside the delegates runs as torch ops in Python:
     its time says nothing of the portable kernels the program would run them on (on the
     H100 machine, cumsum_mlp all in Python beat every backend, with no delegate at all)."""
     return attrs.evolve(

@@ -46,7 +46,7 @@ from composer.measure.region_costs import Costs, costs, on_backends
 from composer.measure.region_layouts import layouts, pins
 from composer.measure.regions import HOSTED_MAX_REGIONS, MAX_REGIONS, cut, survey, topological_order
 from composer.measure.units import unit_steps
-from composer.run.aoti_host import program_runner
+from composer.run.piecewise import program_runner
 from composer.scheduler.measured_placement import Region, RegionSearch
 
 
@@ -66,7 +66,7 @@ def search(
     ``RegionSearch``, as far as the search went); the candidate is
     ``None`` when there is nothing to choose or the search could not finish. ``hosted``: the
     layouts run as the whole-program candidates do with CUDA in the stack on a GPU
-    (``composer.run.aoti_host``), each call timed there (``composer.measure.hosted_trace``), not in the
+    (``composer.run.piecewise``), each call timed there (``composer.measure.hosted_trace``), not in the
     runtime under ETDump."""
     say = progress or (lambda line: None)
     searching = _Search(

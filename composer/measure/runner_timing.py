@@ -1,7 +1,7 @@
 """Timing candidates in ExecuTorch's C++ runtime, where ``$COMPOSER_ET_RUNNER`` names one: the
 runtime the program deploys to, so that measured placement ranks programs as it will run them.
 
-Hosted timing (``composer.run.aoti_host``: CUDA delegates as their .so in libtorch, XNNPACK in
+Hosted timing (``composer.run.piecewise``: CUDA delegates as their .so in libtorch, XNNPACK in
 the torch-free runtime, the glue in Python) ranked them otherwise on the H100: for a GRU cell
 then a wide head it chose ``cuda,xnnpack``, 440 us in the C++ runtime, where XNNPACK alone takes
 176 us (bench/RESULTS.md, "In ExecuTorch's C++ runtime on the H100").

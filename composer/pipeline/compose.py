@@ -20,10 +20,10 @@ from composer.pipeline.arguments import check_arguments
 from composer.pipeline.methods import MethodsComposition, compose_methods
 from composer.pipeline.stages import Composing, Exported, compose_resolved, plan_resolved
 from composer.registry.asking import telling
-from composer.registry.discovery import Registry
+from composer.registry.discovery import Registry, registry_in_use
 from composer.registry.resolved import ResolvedStack, resolve_stack
 from composer.registry.stack import Stack
-from composer.run import aoti_host, cpp_runtime, cpu_threads, cuda_manifest
+from composer.run import cpp_runtime, cpu_threads, piecewise, remote
 from composer.run.composition import Composition
 from composer.scheduler.plans import Plan
 
@@ -105,6 +105,7 @@ def compose(
     check: bool = True,
     dynamic_shapes: Any = None,
     constant_methods: Mapping[str, Any] | None = None,
+    runtime: str | remote.RemoteRuntime | None = None,
     **settings: Any,
 ) -> Composition | MethodsComposition:
     """Lower ``model`` with a stack of backends, in priority order, into one ExecuTorch program.
@@ -138,6 +139,11 @@ def compose(
     with ``constant_methods`` (values the runtime returns by name, as LLM runners read them):
     one program of several methods, each composed with the stack and proven in it
     (:class:`~composer.pipeline.methods.MethodsComposition`).
+
+    ``runtime`` (``"HOST:PORT"`` of a ``composer agent``, its token in
+    ``$COMPOSER_RUNTIME_TOKEN``, or a :class:`~composer.run.remote.RemoteRuntime`): the proof
+    runs the program on that machine, and only there; a composed program is then not read
+    from nor written to the cache whole.
     """
     check_arguments(example_inputs, progress, cache, registry, check, jobs, constant_methods)
     several = isinstance(model, Mapping)
@@ -149,11 +155,12 @@ def compose(
     # With measured placement each candidate must lower here, not the whole stack.
     with telling(progress):  # a plugin slow to say its options or whether it runs here
         resolved = resolve_stack(stack, registry, must_lower_here=stack.placement != "measured")
-    return compose_model(
-        stack, resolved, model, example_inputs, progress=progress, cache=cache, jobs=jobs,
-        check=check, dynamic_shapes=dynamic_shapes, constant_methods=constant_methods,
-        own_plugins=registry is None,
-    )  # fmt: skip
+    with remote.runtime_at(runtime):
+        return compose_model(
+            stack, resolved, model, example_inputs, progress=progress, cache=cache, jobs=jobs,
+            check=check, dynamic_shapes=dynamic_shapes, constant_methods=constant_methods,
+            own_plugins=registry is None,
+        )  # fmt: skip
 
 
 def compose_model(
@@ -178,11 +185,15 @@ def compose_model(
     several = isinstance(model, Mapping)
     cache = cache and cache_enabled()
     how = Composing(progress, cache_dir() if cache else None, 1 if several else _jobs(jobs),
-                    check, whole_cache=cache and own_plugins)  # fmt: skip
+                    check, whole_cache=cache and own_plugins and remote.active() is None)  # fmt: skip
     compose_one = _stages(stack, resolved, how)
-    if several:
-        return compose_methods(model, resolved, compose_one, how, constant_methods=constant_methods)
-    return compose_one(Exported.of(model, example_inputs, dynamic_shapes))
+    # The proof finds each backend's runtime in the plugins that lowered it.
+    with registry_in_use(resolved.registry):
+        if several:
+            return compose_methods(
+                model, resolved, compose_one, how, constant_methods=constant_methods
+            )
+        return compose_one(Exported.of(model, example_inputs, dynamic_shapes))
 
 
 def _without_constant_methods(constant_methods) -> None:
@@ -211,10 +222,13 @@ def _measured(exported: Exported, stack: Stack, resolved: ResolvedStack, how: Co
     ``resolved``: the whole ``stack``, resolved where it may not lower here; each candidate
     must. Measurements are cached where ``how`` caches lowered partitions."""
     program = exported.program()
-    # With CUDA in the stack, on a GPU, every candidate runs hosted: one way of running
-    # for all, or the comparison would measure the executors.
-    hosted = aoti_host.host_unavailable_reason() is None and any(
-        b.spec.backend_id == cuda_manifest.CUDA_BACKEND_ID for b in resolved.backends
+    # With a backend in the stack whose plugin's runtime runs here (cuda on a GPU), every
+    # candidate runs piece by piece: one way of running for all, or the comparison would
+    # measure the executors.
+    hosted = any(
+        (runtime := piecewise.plugin_runtime(b.spec.backend_id)) is not None
+        and runtime[1].unavailable_reason() is None
+        for b in resolved.backends
     )
     # Where ExecuTorch's C++ runtime is named, the candidates are timed there: the runtime
     # they deploy to (hosted timing ranked them otherwise on the H100).

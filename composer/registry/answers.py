@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from torch.fx.passes.operator_support import OperatorSupportBase
     from torchao.quantization.pt2e.quantizer import Quantizer
 
+    from composer.contract.runtime import DelegateRuntime
     from composer.registry.found import Backend
 
 
@@ -253,3 +254,12 @@ def _is_boolean(answer: Any) -> bool:
     return isinstance(answer, bool) or (
         kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
     )
+
+
+def runtime(answer: Any, backend: Backend) -> DelegateRuntime | None:
+    """``composer_runtime``'s answer: a :class:`composer.DelegateRuntime`, or ``None``."""
+    from composer.contract.runtime import DelegateRuntime
+
+    if answer is None or isinstance(answer, DelegateRuntime):
+        return answer
+    raise wrong_answer(backend, "composer_runtime", answer, "a composer.DelegateRuntime or None")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.metadata
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
     from torchao.quantization.pt2e.quantizer import Quantizer
 
+    from composer.contract.runtime import DelegateRuntime
     from composer.registry.answers import CheckedPluginSupport
 
 ENTRY_POINT_GROUP = "composer"
@@ -58,6 +61,7 @@ class Registry:
         self._failed: list[FailedPlugin] = []
         self._backends: dict[str, Backend] = {}
         self._unloaded: list[importlib.metadata.EntryPoint] = []
+        self._runtimes: dict[str, DelegateRuntime | None] = {}
         for plugin, info in plugins:
             self.add_plugin(plugin, info)
 
@@ -262,6 +266,30 @@ class Registry:
         """A fresh PT2E quantizer for ``backend``'s integer kernels; ``None``: it runs float."""
         return answers.quantizer(self._ask("composer_quantizer", backend, options=options), backend)
 
+    def runtime(self, backend: Backend) -> DelegateRuntime | None:
+        """The runtime ``backend``'s plugin supplies for its delegates (``composer_runtime``),
+        asked once; ``None``: the plugin supplies none."""
+        if backend.name not in self._runtimes:
+            answer = self._ask("composer_runtime", backend)
+            self._runtimes[backend.name] = answers.runtime(answer, backend)
+        return self._runtimes[backend.name]
+
+    def runtime_of_id(self, backend_id: str) -> tuple[str, DelegateRuntime] | None:
+        """The backend whose ExecuTorch id is ``backend_id`` and the runtime its plugin
+        supplies; ``None`` where no installed plugin lowers that id or supplies a runtime."""
+        # The plugins loaded already first (a compose loaded those of its stack); the rest,
+        # whose loading imports every plugin's module, only where none of them lowers the id
+        # (`composer run` of a program written elsewhere).
+        lowering = [b for b in self._backends.values() if b.spec.backend_id == backend_id]
+        if not lowering:
+            self._load_all()
+            lowering = [b for b in self._backends.values() if b.spec.backend_id == backend_id]
+        for backend in lowering:
+            found = self.runtime(backend)
+            if found is not None:
+                return backend.name, found
+        return None
+
     def _hook_of(self, plugin: Any, hook_name: str) -> pluggy.HookCaller:
         """The hook ``hook_name`` of ``plugin`` alone."""
         others = [p for p in self._plugin_manager.get_plugins() if p is not plugin]
@@ -283,6 +311,26 @@ class Registry:
 
 
 _default: Registry | None = None
+# The registry of the compose in progress (``compose(..., registry=...)``): what the proof asks
+# for a backend's runtime.
+_in_use: contextvars.ContextVar[Registry | None] = contextvars.ContextVar(
+    "composer_registry", default=None
+)
+
+
+@contextlib.contextmanager
+def registry_in_use(registry: Registry) -> Iterator[None]:
+    """Make ``registry`` the one :func:`current_registry` answers while the block runs."""
+    token = _in_use.set(registry)
+    try:
+        yield
+    finally:
+        _in_use.reset(token)
+
+
+def current_registry() -> Registry:
+    """The registry of the compose in progress, else this environment's installed plugins."""
+    return _in_use.get() or default_registry()
 
 
 def default_registry() -> Registry:

@@ -22,7 +22,8 @@ import torch.fx
 
 from composer.contract.errors import ComposerError, first_line
 from composer.contract.machine import MachineError, retried_once
-from composer.run import aoti_host, cpp_runtime, cuda_manifest
+from composer.contract.runtime import lacks
+from composer.run import cpp_runtime, remote
 from composer.run.accuracy import (
     TOL,
     eager_in_precision,
@@ -34,8 +35,18 @@ from composer.run.accuracy import (
     worst,
 )
 from composer.run.inputs import flat_inputs, sizes_to_prove
+from composer.run.named_data import LazyNamedData
+from composer.run.piecewise import (
+    PluginDelegate,
+    RuntimeDelegate,
+    delegate_record,
+    lacked_operators,
+    plugin_runtime,
+    runnable_piecewise,
+    standalone_buffer,
+)
 from composer.run.program_table import delegate_call_at
-from composer.run.runtime import program_backend_ids, runtime_can_run
+from composer.run.runtime import runtime_can_run
 from composer.run.subgraphs import run_subgraph, subgraph_module
 from composer.run.verification import Verification, expected_outputs, verify
 from composer.scheduler.origins import origin_name
@@ -127,33 +138,37 @@ class Proof:
             # All NaN in the program and in fp64 too is no match: nothing was held to anything.
             said = self.verification.verdict.describe().removeprefix("nothing compared: ")
             return (
-                f"ran{at} in {self.seconds:.2f} s ({self.verification.executor}), but nothing "
+                f"ran{at} in {self.seconds:.2f} s ({self.verification.ran_in}), but nothing "
                 f"was compared: {said}; the model computes no number from these inputs (a NaN "
                 "weight, or inputs that hold NaN or inf)"
             )
         if self.uncompared:
             at += f" (nothing compared at {'; '.join(self.uncompared)}: NaN in fp64 too)"
         return (
-            f"ran and matched eager{at} in {self.seconds:.2f} s ({self.verification.executor}): "
+            f"ran and matched eager{at} in {self.seconds:.2f} s ({self.verification.ran_in}): "
             f"{self.verification.verdict.describe()}"
         )
 
 
 def can_prove(program: bytes) -> tuple[bool, str]:
-    """Whether a runtime here executes every delegate of ``program`` (the pip runtime; with
-    CUDA delegates on a GPU, the libtorch host), and why not."""
+    """Whether runtimes here execute every delegate of ``program`` (the pip runtime whole; the
+    C++ runner ``$COMPOSER_ET_RUNNER`` names; else piece by piece, each delegate in the runtime
+    its backend's plugin supplies), and why not. With an agent in use (``--runtime``), whether
+    the agent runs it whole: the proof is then made there, or not at all."""
+    agent = remote.active()
+    if agent is not None:
+        there, why, ran_in = agent.can_run(program)
+        return there, agent.executor(ran_in) if there else why
     runnable, why = runtime_can_run(program)
     if runnable:
         return True, why
     runner = cpp_runtime.runner_path()
     if runner is not None:
         return True, f"{cpp_runtime.EXECUTOR} ({runner})"
-    if cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(program):
-        unavailable = aoti_host.host_unavailable_reason()
-        if unavailable is None:
-            return True, "CUDA delegates run as their compiled .so (libtorch host)"
-        return False, f"{why}; {unavailable}"
-    return False, why
+    piecewise, where = runnable_piecewise(program)
+    if piecewise:
+        return True, where
+    return False, f"{why}; {where}" if where not in why else why
 
 
 def prove(composition: Provable) -> Proof:
@@ -274,8 +289,7 @@ def localize_all(
     def culprit(lowered_name: str, why: str) -> Culprit | None:
         return _culprit(reference, plan, lowered_name, why)
 
-    has_cuda = cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
-    data = cuda_manifest.named_data(composition.buffer, composition.data_files) if has_cuda else {}
+    data = LazyNamedData(composition.buffer, composition.data_files)
     finder = _DelegateChecker(reference, plan, data)
     with torch.no_grad():
         try:
@@ -317,7 +331,7 @@ def _culprit(reference: Any, plan: Plan, lowered_name: str, why: str) -> Culprit
         return None
     nodes = next(p.nodes for p in plan.partitions if p.id == partition)
     backend = next(p.backend for p in plan.partitions if p.id == partition)
-    nodes = missing_operator_nodes(why, nodes, plan.node_ops)
+    nodes = missing_operator_nodes(why, nodes, plan.node_ops, backend)
     origins = {name: origin_name(inside[name]) for name in nodes if name in inside}
     return Culprit(backend, partition, tuple(nodes), why, origins)
 
@@ -329,18 +343,23 @@ _MISSING_SHADER = re.compile(r"ShaderInfo with name binary_([a-z]+)_(?:texture|b
 
 
 def missing_operator_nodes(
-    why: str, nodes: Sequence[str], node_ops: Mapping[str, str]
+    why: str, nodes: Sequence[str], node_ops: Mapping[str, str], backend: str | None = None
 ) -> tuple[str, ...]:
     """Of a failed delegate's ``nodes``, those that must move: where its runtime said it has no
-    kernel for an op (ExecuTorch's Vulkan runtime: "Missing operator:
-    aten.logical_not.default", an op its 1.5.1 partitioner claims, or no shader for a binary
-    op's dtype), the nodes of that op, and the rest stay on the backend; otherwise all of
-    them."""
-    return _lacking(why, nodes, node_ops) or tuple(nodes)
+    kernel for an op (ExecuTorch's "Missing operator: aten.logical_not.default", an op the
+    Vulkan partitioner of 1.5.1 claims, or no shader for a binary op's dtype; what the
+    ``backend``'s own runtime says it lacks), the nodes of that op, and the rest stay on the
+    backend; otherwise all of them."""
+    return _lacking(why, nodes, node_ops, backend) or tuple(nodes)
 
 
-def _lacking(why: str, nodes: Sequence[str], node_ops: Mapping[str, str]) -> tuple[str, ...]:
+def _lacking(
+    why: str, nodes: Sequence[str], node_ops: Mapping[str, str], backend: str | None = None
+) -> tuple[str, ...]:
     """The nodes of the op ``why`` says a runtime has no kernel for; none where it names none."""
+    said = lacked_operators(backend, why) if backend else ()
+    if said:
+        return tuple(n for n in nodes if lacks(said, node_ops.get(n, "")))
     if found := _MISSING_OPERATOR.search(why):
         return tuple(n for n in nodes if node_ops.get(n) == found[1])
     if found := _MISSING_SHADER.search(why):
@@ -366,7 +385,7 @@ def lacking_the_same_op(reference: Any, plan: Plan, found: list[Culprit]) -> lis
                 other is not None
                 and other.backend == culprit.backend
                 and other.partition not in named
-                and _lacking(why, other.nodes, plan.node_ops)
+                and _lacking(why, other.nodes, plan.node_ops, other.backend)
             ):
                 named.add(other.partition)
                 more.append(other)
@@ -415,14 +434,23 @@ def _delegate_alone(lowered, single: bool) -> Callable[..., Any]:
     (or torch-free) runtime, else the C++ runtime ``$COMPOSER_ET_RUNNER`` names, where the
     whole program was proven (a Vulkan delegate: no Python runtime has VulkanBackend, and
     blaming it for that moved every Vulkan partition of a program that failed for another
-    reason)."""
+    reason). With an agent in use, on the agent, where the whole program ran."""
+    agent = remote.active()
+    if agent is not None:
+        alone = standalone_buffer(lowered)
+
+        def run_there(*operands: torch.Tensor) -> Any:
+            outputs = agent.run_program(alone, {}, list(operands))
+            return outputs[0] if single else tuple(outputs)
+
+        return run_there
     try:
-        return aoti_host.RuntimeDelegate(lowered, "cpu", single)
+        return RuntimeDelegate(lowered, "cpu", single)
     except ComposerError:
         runner = cpp_runtime.runner_path()
         if runner is None:
             raise
-    buffer = aoti_host.standalone_buffer(lowered)
+    buffer = standalone_buffer(lowered)
 
     def run(*operands: torch.Tensor) -> Any:
         outputs = cpp_runtime.run_program(runner, buffer, {}, [t.cpu() for t in operands])
@@ -477,7 +505,8 @@ class _DelegateChecker(torch.fx.Interpreter):
             # it can run; it is the culprit.
             self.failed.append((name, f"cannot run at this size: {first_line(error)[:200]}"))
             raise _Stopped from error
-        delegate = self._loaded_alone(name, lowered, isinstance(expected, torch.Tensor))
+        outputs = 1 if isinstance(expected, torch.Tensor) else len(expected)
+        delegate = self._loaded_alone(name, lowered, isinstance(expected, torch.Tensor), outputs)
         if delegate is None:
             return expected
         try:
@@ -490,22 +519,22 @@ class _DelegateChecker(torch.fx.Interpreter):
         self._judge(name, lowered, operands, got, expected)
         return expected
 
-    def _loaded_alone(self, name: str, lowered, single: bool) -> Callable[..., Any] | None:
+    def _loaded_alone(
+        self, name: str, lowered, single: bool, outputs: int
+    ) -> Callable[..., Any] | None:
         """``lowered``'s compiled code, callable on its own; None where it cannot be loaded
         here (``failed`` or ``unchecked`` says why)."""
-        if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
-            # loads libtorch's libraries globally, which the .so's aoti_torch_* symbols need
-            # (with $COMPOSER_ET_RUNNER the program itself runs elsewhere and nothing had)
-            unavailable = aoti_host.host_unavailable_reason()
-            if unavailable is not None:
-                self.unchecked.append((name, unavailable))
-                return None
+        supplied = plugin_runtime(lowered.backend_id)
+        if supplied is not None and (unavailable := supplied[1].unavailable_reason()):
+            self.unchecked.append((name, unavailable))
+            return None
         try:
-            if lowered.backend_id == cuda_manifest.CUDA_BACKEND_ID:
-                return aoti_host.CompiledCudaDelegate(
-                    cuda_manifest.parse_manifest(lowered.processed_bytes), self.data, "cpu", single
-                )
+            if supplied is not None:
+                record = delegate_record(lowered, self.data, outputs)
+                return PluginDelegate(supplied[1], record, "cpu", single)
             return _delegate_alone(lowered, single)
+        except MachineError:
+            raise
         except ComposerError as error:
             self.failed.append((name, f"failed to load: {first_line(error)}"))
         except Exception as error:  # noqa: BLE001 - ExecuTorch's emitter, not the backend

@@ -10,7 +10,7 @@ import torch
 from composer.contract.backend_spec import Tolerance
 from composer.contract.errors import ComposerError
 from composer.contract.native_log import NativeLog
-from composer.registry.discovery import default_registry
+from composer.registry.discovery import current_registry, default_registry
 from composer.run.cpp_runtime import missing_kernels, no_kernel
 from composer.run.loads import note_loaded
 from composer.run.program_table import execution_plan, program_table
@@ -21,11 +21,6 @@ _SCALAR_TYPES = {
     5: torch.float16, 6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
 }  # fmt: skip
 LIBRARY_SPEC_KEY = "composer.library"
-CUDA_HINT = (
-    " CudaBackend delegates need ExecuTorch's C++ CUDA runtime, which the pip wheel lacks; on "
-    "a machine with a CUDA GPU, `composer lower MODEL --backends ... --verify` runs their "
-    "compiled .so hosted by libtorch."
-)
 
 
 # The torch ExecuTorch 1.5.1's pip runtime is built against and links (libtorch_cpu).
@@ -171,7 +166,7 @@ class LoadedProgram:
                 raise ComposerError(
                     f"the ExecuTorch runtime cannot load method {method!r}: {no_kernel(missing)}."
                 ) from error
-            hint = CUDA_HINT if "CudaBackend" in lacking else ""
+            hint = _elsewhere_hint(lacking)
             raise ComposerError(
                 f"the ExecuTorch runtime cannot load method {method!r}: {error}{log.because()}. "
                 + (f"It has no {', '.join(lacking)}; " if lacking else "")
@@ -230,6 +225,25 @@ class LoadedProgram:
             raise ComposerError(
                 f"running {self.method_name!r} failed: {error}{log.because()}"
             ) from error
+
+
+def _elsewhere_hint(lacking: Sequence[str]) -> str:
+    """Where the delegates of backends this runtime lacks run instead: the runtime their
+    plugin supplies, through which `--verify` runs the program piece by piece."""
+    hints = []
+    for backend_id in lacking:
+        found = current_registry().runtime_of_id(backend_id)
+        if found is not None:
+            name, runtime = found
+            unavailable = runtime.unavailable_reason()
+            where = f" (not here: {unavailable})" if unavailable else ""
+            hints.append(f"{backend_id} delegates run in {name}'s runtime, {runtime.name}{where}")
+    if not hints:
+        return ""
+    return (
+        f" {'; '.join(hints)}: where it runs, `composer lower MODEL --backends ... --verify` "
+        "runs the program piece by piece."
+    )
 
 
 def _fits(shape: tuple[int, ...], declared: tuple[int, ...], bounded: bool) -> bool:

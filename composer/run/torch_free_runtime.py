@@ -7,7 +7,7 @@ arrays instead, so a delegate still runs its backend's compiled code there. It i
 1.3.1's C++ core with XNNPACK and portable kernels: a 1.5.1 delegate it cannot load raises
 ComposerError, and nothing assumes that it can.
 
-It is imported with ``RTLD_DEEPBIND``: the CUDA host (:mod:`composer.run.aoti_host`) makes
+It is imported with ``RTLD_DEEPBIND``: the CUDA host (:mod:`composer.run.piecewise`) makes
 libtorch_cpu's symbols global for the compiled ``.so``, and libtorch_cpu exports an XNNPACK of
 its own (334 ``xnn_*`` functions in torch 2.11). Bound to that one, another version, the
 runtime's XNNPACK refused every delegate ("Failed to create linear node 1 with code:

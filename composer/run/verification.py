@@ -2,10 +2,11 @@
 truth beside eager's (composer.run.accuracy).
 
 Executors, best first: the ExecuTorch runtime, when it has every delegate's backend (XNNPACK,
-OpenVINO and portable kernels in the pip wheel); on a CUDA GPU, each ``CudaBackend``
-delegate's compiled AOTInductor ``.so`` hosted by libtorch with the rest as the Python
-reference; otherwise the Python reference alone, where each delegate runs the subgraph it
-was made from (that checks the wiring, not the backend's code).
+OpenVINO and portable kernels in the pip wheel); ExecuTorch's C++ runner where
+``$COMPOSER_ET_RUNNER`` names one; piece by piece (:mod:`composer.run.piecewise`), each
+delegate in the runtime its backend's plugin supplies and the rest as the Python reference;
+otherwise the Python reference alone, where each delegate runs the subgraph it was made from
+(that checks the wiring, not the backend's code).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 import attrs
 import torch
 
-from composer.run import aoti_host, cpp_runtime, cuda_manifest
+from composer.run import cpp_runtime, piecewise, remote
 from composer.run.accuracy import (
     Verdict,
     eager_in_precision,
@@ -27,7 +28,7 @@ from composer.run.accuracy import (
     truth,
 )
 from composer.run.inputs import flat_inputs
-from composer.run.runtime import program_backend_ids, run_program, runtime_can_run, torch_mismatch
+from composer.run.runtime import run_program, runtime_can_run, torch_mismatch
 from composer.scheduler.plans import Plan
 
 
@@ -53,9 +54,16 @@ class Verification:
     """How the composed program compared with the truth beside eager, and which executor ran
     it."""
 
-    executor: str  # RUNTIME, REFERENCE or aoti_host.EXECUTOR
+    executor: str  # RUNTIME, REFERENCE, piecewise.EXECUTOR or cpp_runtime.EXECUTOR
     verdict: Verdict
     reason: str  # why this executor was chosen
+    # piece by piece: where each backend's delegates ran ("TinyBackend in tiny's runtime")
+    places: str = ""
+
+    @property
+    def ran_in(self) -> str:
+        """The executor, and for a program run piece by piece where each delegate ran."""
+        return f"{self.executor}: {self.places}" if self.places else self.executor
 
     @property
     def ok(self) -> bool:
@@ -120,7 +128,10 @@ def verify(
             expected = expected_outputs(composition, inputs)
         executor, reason, run = _executor(composition)
         actual = run(inputs)
-    return Verification(executor, expected.judge(actual), reason)
+    places = ""
+    if executor == piecewise.EXECUTOR:
+        places = ", ".join(piecewise.runtimes_here(composition.buffer)[0])
+    return Verification(executor, expected.judge(actual), reason, places)
 
 
 def eager_outputs(composition: Checkable, inputs: Sequence[Any]) -> Any:
@@ -137,19 +148,29 @@ def eager_outputs(composition: Checkable, inputs: Sequence[Any]) -> Any:
 
 def _executor(composition: Checkable):
     """(executor name, why it was chosen, a function running the program on inputs)."""
-    can_run, reason = runtime_can_run(composition.buffer)
     # One method of a program of several (composer.pipeline.methods) says which.
     method = getattr(composition, "method", "forward")
+    agent = remote.active()
+    if agent is not None:
+        # `--runtime HOST:PORT`: the program runs where it deploys, not here.
+        there, why, ran_in = agent.can_run(composition.buffer)
+        if there:
+
+            def run_there(inputs: Sequence[Any]) -> list:
+                buffer, data_files = composition.buffer, composition.data_files
+                return agent.run_program(buffer, data_files, flat_inputs(inputs), method)
+
+            return agent.executor(ran_in), why, run_there
+    can_run, reason = runtime_can_run(composition.buffer)
     if can_run:
         return (
             RUNTIME,
             reason,
             lambda inputs: run_program(composition.buffer, flat_inputs(inputs), method),
         )
-    has_cuda = cuda_manifest.CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
     runner = cpp_runtime.runner_path()
     if runner is not None:
-        # ExecuTorch's own runtime, built with CUDA and XNNPACK: the program as it deploys.
+        # ExecuTorch's own runtime, built with the backends it was: the program as it deploys.
         why = f"{reason}; ${cpp_runtime.RUNNER_VARIABLE} names {runner}"
         return (
             cpp_runtime.EXECUTOR,
@@ -162,20 +183,23 @@ def _executor(composition: Checkable):
                 method=method,
             ),
         )
-    if has_cuda or torch_mismatch():
-        unavailable = aoti_host.host_unavailable_reason() if has_cuda else None
-        if unavailable is None:
-            why = (f"{reason}: CudaBackend delegates ran as their compiled .so, those of "
-                   "backends the runtime has as programs of their own there, any other as "
-                   "its subgraph")  # fmt: skip
-            # A fresh module per verify: it holds the loaded .so and its own buffer state.
-            module = aoti_host.aoti_hosted(composition)
-            elsewhere = sorted({name for _, name in module.meta["in_runtime"]} - {"executorch"})
+    where, _ = piecewise.runtimes_here(composition.buffer)
+    # Piece by piece where a plugin's runtime runs a delegate the ExecuTorch runtime here lacks
+    # (or that runtime is not for this torch); a delegate no runtime has runs as its subgraph.
+    supplied = any(piecewise.plugin_runtime(b) for b in piecewise.program_backend_ids(
+        composition.buffer))  # fmt: skip
+    if (supplied or torch_mismatch()) and where:
+        unavailable = piecewise.unavailable_runtimes(composition.buffer)
+        if not unavailable:
+            why = f"{reason}: each delegate ran in its backend's runtime, any other as its subgraph"
+            # A fresh module per verify: it holds the loaded delegates and its own buffer state.
+            module = piecewise.piecewise_module(composition)
+            elsewhere = sorted({name for _, name in module.meta["in_runtime"]})
             if elsewhere:
                 why += f" (in {', '.join(elsewhere)})"
             in_python = module.meta["in_python"]
             if in_python:
                 why += f" ({len(in_python)} ran as subgraphs: {in_python[0][1]})"
-            return aoti_host.EXECUTOR, why, lambda inputs: module(*inputs)
-        reason = f"{reason}, and the CUDA delegates' .so cannot run here: {unavailable}"
+            return piecewise.EXECUTOR, why, lambda inputs: module(*inputs)
+        reason = f"{reason}, and {'; '.join(unavailable.values())}"
     return REFERENCE, reason, lambda inputs: copy.deepcopy(composition.reference)(*inputs)

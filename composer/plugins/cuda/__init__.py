@@ -21,6 +21,7 @@ from composer.contract.backend_spec import BackendSpec
 from composer.contract.op_names import overload_of
 from composer.contract.options import Option
 from composer.plugins.aoti import AotiOperatorSupport, AotiPlugin
+from composer.plugins.cuda.runtime import CudaRuntime
 
 ON_OFF = ("ON", "OFF")
 # The ops triton_kernel_mode=ON hands to ExecuTorch's Triton kernels (ExecuTorch 1.5.1's
@@ -191,6 +192,9 @@ class CudaPlugin(AotiPlugin):
             return "triton is not importable"
         return None
 
+    def composer_runtime(self, backend: BackendSpec) -> CudaRuntime:
+        return _RUNTIME
+
     def uses_triton_templates(self, options):
         # CudaBackend compiles with max_autotune_gemm_backends = conv_backends = "TRITON";
         # Inductor reads those only under max_autotune, and without it emits extern ATen
@@ -257,4 +261,5 @@ def _is_transposed_convolution(op, node) -> bool:
     return op is aten.convolution.default and len(node.args) > 6 and node.args[6] is True
 
 
+_RUNTIME = CudaRuntime()
 plugin = CudaPlugin()

@@ -1,23 +1,19 @@
-"""Run a composed program's CUDA delegates as their compiled AOTInductor ``.so`` on a GPU.
+"""Run a composed program piece by piece: each delegate in its own backend's runtime, what lies
+between the delegates in Python.
 
-ExecuTorch's CUDA runtime is C++ and not in the pip wheel, so nothing else here executes the
-code ``CudaBackend`` compiled. Each delegate's ``.so`` leaves its ``aoti_torch_*`` symbols to
-its host; libtorch provides them, and ``torch._C._aoti.AOTIModelContainerRunnerCuda`` loads
-it. Its weights are bound from the ``.ptd`` through the delegate's manifest
-(:mod:`composer.run.cuda_manifest`). A delegate of a backend
-an ExecuTorch runtime here has (XNNPACK, OpenVINO) runs its own compiled code too, as a
-program of that one delegate in that runtime; what is outside the delegates runs as in
-``Composition.reference``, in Python.
+A program no single runtime here runs whole (a ``cuda`` delegate beside an XNNPACK one, a
+third-party backend's delegate) is still run for real: each delegate goes to the
+:class:`composer.DelegateRuntime` its plugin supplies (``composer_runtime``), else to an
+ExecuTorch runtime here whose build has its backend, as a program of that one delegate; what is
+outside the delegates runs as in ``Composition.reference``. A delegate no runtime here has runs
+as the subgraph it was made from, and ``meta["in_python"]`` says so: that checks the wiring,
+not the backend's code.
 """
 
 from __future__ import annotations
 
 import copy
-import ctypes
-import functools
 import operator
-import os
-import tempfile
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -25,17 +21,12 @@ import torch
 import torch.fx
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from composer.contract.errors import ComposerError
+from composer.contract.errors import ComposerError, first_line
+from composer.contract.runtime import Delegate, DelegateRuntime
+from composer.registry.discovery import current_registry
 from composer.run import torch_free_runtime
 from composer.run.compare import flatten_tensors
-from composer.run.cuda_manifest import (
-    CUDA_BACKEND_ID,
-    Manifest,
-    WeightEntry,
-    missing_weights,
-    named_data,
-    parse_manifest,
-)
+from composer.run.named_data import LazyNamedData
 from composer.run.runtime import (
     LoadedProgram,
     program_backend_ids,
@@ -56,77 +47,101 @@ class Hostable(Protocol):
     def reference(self) -> torch.nn.Module: ...
 
 
-EXECUTOR = "AOTInductor .so, libtorch host"
-_TORCH_LIBS = ("libc10.so", "libtorch_cpu.so", "libc10_cuda.so", "libtorch_cuda.so")
+EXECUTOR = "piecewise"
 
 
-@functools.cache
-def host_unavailable_reason() -> str | None:
-    """None when a compiled CUDA delegate can run here; otherwise why not, in words."""
-    if torch.version.cuda is None:
-        return f"torch {torch.__version__} here is not a CUDA build"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU is visible"
-    if not hasattr(torch._C._aoti, "AOTIModelContainerRunnerCuda"):
-        return f"torch {torch.__version__} has no AOTIModelContainerRunnerCuda"
-    # The .so does not link libtorch: its aoti_torch_* symbols must be global before dlopen.
-    library_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
-    for name in _TORCH_LIBS:
-        try:
-            ctypes.CDLL(os.path.join(library_dir, name), mode=ctypes.RTLD_GLOBAL)
-        except OSError as error:
-            return f"cannot load {name} globally from {library_dir}: {error}"
-    return None
+def plugin_runtime(backend_id: str) -> tuple[str, DelegateRuntime] | None:
+    """The backend lowering ``backend_id`` and the runtime its plugin supplies, if any."""
+    return current_registry().runtime_of_id(backend_id)
 
 
-def weight_tensor(entry: WeightEntry, raw: bytes) -> torch.Tensor:
-    """The constant ``entry`` describes, viewed out of its storage bytes, on its device."""
-    storage = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(entry.dtype)
-    view = torch.as_strided(storage, entry.sizes, entry.strides, entry.storage_offset)
-    return view.to(entry.device) if entry.device != "cpu" else view
+def unavailable_runtimes(program: bytes) -> dict[str, str]:
+    """Per backend id of ``program`` whose plugin supplies a runtime that cannot run here: why."""
+    found = {}
+    for backend_id in sorted(program_backend_ids(program)):
+        supplied = plugin_runtime(backend_id)
+        if supplied is not None and (reason := supplied[1].unavailable_reason()) is not None:
+            found[backend_id] = f"{supplied[0]}'s runtime ({supplied[1].name}): {reason}"
+    return found
 
 
-class CompiledCudaDelegate(torch.nn.Module):
-    """One CudaBackend delegate: its .so on the GPU with its weights bound from the .ptd.
+def runtimes_here(program: bytes) -> tuple[list[str], list[str]]:
+    """Where each backend of ``program``'s delegates would run here, piece by piece ("XnnpackBackend
+    in the ExecuTorch runtime"), and why the others cannot run here."""
+    where, missing = [], []
+    pip = registered_backends() if torch_mismatch() is None else torch_free_runtime.backends()
+    for backend_id in sorted(program_backend_ids(program)):
+        supplied = plugin_runtime(backend_id)
+        if supplied is not None:
+            reason = supplied[1].unavailable_reason()
+            if reason is None:
+                where.append(f"{backend_id} in {supplied[1].name}")
+            else:
+                missing.append(f"{supplied[0]}'s runtime ({supplied[1].name}): {reason}")
+        elif backend_id in pip:
+            where.append(f"{backend_id} in the ExecuTorch runtime")
+        else:
+            missing.append(f"no runtime here has {backend_id}")
+    return where, missing
 
-    Inputs go to the GPU; outputs come back to ``host`` (the device the rest runs on).
-    """
+
+def runnable_piecewise(program: bytes) -> tuple[bool, str]:
+    """Whether every delegate of ``program`` has a runtime here (its plugin's, or an ExecuTorch
+    runtime whose build has its backend), so the program runs piece by piece; and where."""
+    where, missing = runtimes_here(program)
+    if missing:
+        return False, "; ".join(missing)
+    return True, "piece by piece: " + ", ".join(where)
+
+
+def lacked_operators(backend: str, failure: str) -> tuple[str, ...]:
+    """The operators ``failure`` says ``backend``'s own runtime lacks (its plugin's
+    :meth:`composer.DelegateRuntime.lacked_operators`); none where its plugin supplies none."""
+    registry = current_registry()
+    found = registry.backends.get(backend)
+    runtime = registry.runtime(found) if found is not None else None
+    return runtime.lacked_operators(failure) if runtime is not None else ()
+
+
+def delegate_record(lowered, data: Mapping[str, bytes], outputs: int) -> Delegate:
+    """What a :class:`composer.DelegateRuntime` gets of the delegate ``lowered``."""
+    return Delegate(
+        backend_id=lowered.backend_id,
+        processed_bytes=bytes(lowered.processed_bytes),
+        compile_specs={spec.key: bytes(spec.value) for spec in lowered.compile_specs},
+        named_data=data,
+        standalone=lambda: standalone_buffer(lowered),
+        outputs=outputs,
+    )
+
+
+class PluginDelegate(torch.nn.Module):
+    """One delegate run by the runtime its backend's plugin supplies. Outputs come back to
+    ``host`` (the device the rest runs on)."""
 
     def __init__(
-        self, manifest: Manifest, data: Mapping[str, bytes], host: str, single_output: bool
+        self, runtime: DelegateRuntime, delegate: Delegate, host: str, single_output: bool
     ) -> None:
         super().__init__()
-        problems = missing_weights(manifest, data)
-        if problems:
-            raise ComposerError(
-                "a CudaBackend delegate's data is incomplete: "
-                + "; ".join(problems[:5])
-                + ". Pass the .ptd files written beside the .pte (Composition.data_files)."
-            )
+        self.runtime = runtime.name
         self.host, self.single_output = host, single_output
-        self._directory = tempfile.TemporaryDirectory(prefix="composer_aoti_")
-        so_path = os.path.join(self._directory.name, f"{manifest.so_blob_key[:16]}.so")
-        with open(so_path, "wb") as out:
-            out.write(data[manifest.so_blob_key])
-        self.runner = torch._C._aoti.AOTIModelContainerRunnerCuda(so_path, 1, "cuda")
-        by_fqn = {entry.fqn: entry for entry in manifest.entries}
-        constants, unbound = {}, []
-        for name, fqn in self.runner.get_constant_names_to_original_fqns().items():
-            entry = by_fqn.get(fqn) or by_fqn.get(name)
-            if entry is None:
-                unbound.append(f"{name} ({fqn})")
-            else:
-                constants[name] = weight_tensor(entry, data[entry.storage_key])
-        if unbound:
+        try:
+            self._run = runtime.load(delegate)
+        except ComposerError:
+            raise
+        except Exception as error:  # the plugin's runtime says why, as it said it
             raise ComposerError(
-                f"the compiled .so {manifest.so_blob_key[:16]} wants constants its manifest "
-                f"does not list: {', '.join(unbound[:5])}."
-            )
-        if constants:
-            self.runner.update_constant_buffer(constants, False, True)
+                f"{runtime.name} cannot load a {delegate.backend_id} delegate: "
+                f"{type(error).__name__}: {first_line(error)}"
+            ) from error
 
     def forward(self, *inputs: torch.Tensor):
-        outputs = self.runner.run([t.to("cuda") for t in inputs])
+        try:
+            outputs = self._run([t.cpu() for t in inputs])
+        except ComposerError:
+            raise
+        except Exception as error:  # a RuntimeError as a runtime raises one, with its text
+            raise RuntimeError(f"{self.runtime}: {type(error).__name__}: {error}") from error
         outputs = tuple(t.to(self.host) for t in outputs)
         return outputs[0] if self.single_output else outputs
 
@@ -238,16 +253,15 @@ def reference_on(composition: Hostable, device: str) -> torch.fx.GraphModule:
     return module.to(device)
 
 
-def aoti_hosted(composition: Hostable, host: str = "cpu") -> torch.fx.GraphModule:
-    """The composed program with each CudaBackend delegate run as its compiled .so.
+def piecewise_module(composition: Hostable, host: str = "cpu") -> torch.fx.GraphModule:
+    """The composed program with each delegate run by its backend's runtime here.
 
-    A delegate of a backend an ExecuTorch runtime here has runs there
-    (:class:`RuntimeDelegate`); any other runs the subgraph it was made from, as in the
-    Python reference. The rest of the program runs on ``host``: "cpu" (as the .pte does,
-    with copies to and from the GPU around each CUDA delegate; inputs and outputs on the
-    CPU) or "cuda" (all on the GPU; inputs and outputs there). Raises ComposerError where
-    host_unavailable_reason() says why the GPU part cannot run; a program without CUDA
-    delegates runs on a CPU host anywhere.
+    A delegate goes to the runtime its plugin supplies (:class:`PluginDelegate`), else to an
+    ExecuTorch runtime here that has its backend (:class:`RuntimeDelegate`), else runs the
+    subgraph it was made from, as in the Python reference. The rest of the program runs on
+    ``host``: "cpu" (as the .pte does, with copies to and from a device around each delegate
+    whose runtime computes there; inputs and outputs on the CPU) or "cuda" (all on the GPU).
+    Raises ComposerError where a plugin's runtime says it cannot run here.
     """
 
     _check_can_host(composition, host)
@@ -258,7 +272,7 @@ def aoti_hosted(composition: Hostable, host: str = "cpu") -> torch.fx.GraphModul
     )
     module.meta["in_python"] = []  # (delegate, why) for those that ran as subgraphs
     module.meta["in_runtime"] = []  # (delegate, the runtime that ran its compiled code)
-    data = named_data(composition.buffer, composition.data_files)
+    data = LazyNamedData(composition.buffer, composition.data_files)
     for node in list(module.graph.nodes):
         if _is_delegate_call(node):
             name, replacement = _hosted_delegate(module, composition, node, data, host)
@@ -270,29 +284,40 @@ def aoti_hosted(composition: Hostable, host: str = "cpu") -> torch.fx.GraphModul
 def _check_can_host(composition: Hostable, host: str) -> None:
     if host not in ("cpu", "cuda"):
         raise ComposerError(f"host must be 'cpu' or 'cuda', not {host!r}.")
-    reason = host_unavailable_reason()
-    if reason is not None and (
-        host == "cuda" or CUDA_BACKEND_ID in program_backend_ids(composition.buffer)
-    ):
-        raise ComposerError(f"cannot run the compiled CUDA delegates here: {reason}.")
+    if host == "cuda" and not torch.cuda.is_available():
+        raise ComposerError("cannot host the program on the GPU here: no CUDA GPU is visible.")
+    unavailable = unavailable_runtimes(composition.buffer)
+    if unavailable:
+        raise ComposerError(
+            "cannot run the program's delegates here: " + "; ".join(unavailable.values()) + "."
+        )
+
+
+def _outputs(node: torch.fx.Node) -> int:
+    """How many tensors the delegate call ``node`` returns, as its value says."""
+    value = node.meta.get("val")
+    return len(value) if isinstance(value, list | tuple) else 1
 
 
 def _hosted_delegate(
     module: torch.fx.GraphModule, composition: Hostable, node: torch.fx.Node, data, host: str
 ) -> tuple[str, torch.nn.Module]:
-    """What runs the delegate that ``node`` calls, and the name it goes by in ``module``: a
-    CUDA delegate's compiled .so, else the ExecuTorch runtime that has its backend, else its
+    """What runs the delegate that ``node`` calls, and the name it goes by in ``module``: the
+    runtime its plugin supplies, else the ExecuTorch runtime that has its backend, else its
     subgraph in Python (``module.meta`` lists which ran where)."""
     lowered_node = node.args[0]
     lowered = getattr(module, lowered_node.target)
+    # From the reference's own module: reference_on moved this one's program to the GPU, and
+    # its buffer() would serialize that.
+    source = getattr(composition.reference, lowered_node.target, lowered)
     single = any(user.target is not operator.getitem for user in node.users)
-    if lowered.backend_id == CUDA_BACKEND_ID:
-        manifest = parse_manifest(lowered.processed_bytes)
-        return f"{lowered_node.target}_compiled", CompiledCudaDelegate(manifest, data, host, single)
+    supplied = plugin_runtime(lowered.backend_id)
+    if supplied is not None:
+        record = delegate_record(source, data, _outputs(node))
+        replacement = PluginDelegate(supplied[1], record, host, single)
+        module.meta["in_runtime"].append((lowered_node.target, replacement.runtime))
+        return f"{lowered_node.target}_in_runtime", replacement
     try:
-        # From the reference's own module: reference_on moved this one's program to
-        # the GPU, and its buffer() would serialize that.
-        source = getattr(composition.reference, lowered_node.target, lowered)
         replacement = RuntimeDelegate(source, host, single)
         module.meta["in_runtime"].append((lowered_node.target, replacement.runtime))
         return f"{lowered_node.target}_in_runtime", replacement
@@ -323,14 +348,14 @@ def _call_instead(
 
 
 class HostedProgram:
-    """A composed program with CUDA delegates, run through :func:`aoti_hosted` on a CPU host,
+    """A composed program run piece by piece (:func:`piecewise_module`) on a CPU host,
     with the calls :class:`composer.run.runtime.LoadedProgram` offers: ``run`` and
     ``timed_call``. Its outputs come back to the CPU, so a timed call includes the GPU's
     work."""
 
     def __init__(self, composition: Hostable) -> None:
         self.composition = composition
-        self.module = aoti_hosted(composition)
+        self.module = piecewise_module(composition)
         # Delegates that ran as their subgraphs in Python: timing them says little.
         self.in_python: list[tuple[str, str]] = self.module.meta["in_python"]
 
@@ -350,7 +375,7 @@ class HostedProgram:
 
 def program_runner(composition: Hostable, hosted: bool):
     """What runs ``composition`` here for timing: the ExecuTorch runtime (a ``LoadedProgram``),
-    or, with ``hosted`` (a stack with CUDA in it, on a GPU), a :class:`HostedProgram`, so that
+    or, with ``hosted`` (a stack a plugin's runtime runs part of), a :class:`HostedProgram`, so that
     every candidate of one comparison runs the same way. Raises ComposerError saying why it
     cannot run here."""
 

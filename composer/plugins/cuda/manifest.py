@@ -42,7 +42,7 @@ def _format_error(expected: str, found: str) -> ManifestFormatError:
         "ExecuTorch's private CudaBackend manifest format changed (or this is not a CudaBackend "
         f"delegate): expected {expected}, found {found}. composer reads the format ExecuTorch "
         "1.5.1 writes (backends/cuda/cuda_weight_collector.py:encode_cuda_weight_metadata); "
-        "update composer/run/cuda_manifest.py:parse_manifest for this ExecuTorch."
+        "update composer/plugins/cuda/manifest.py:parse_manifest for this ExecuTorch."
     )
 
 
@@ -139,28 +139,6 @@ def parse_manifest(data: bytes) -> Manifest:
     return Manifest(so_blob_key, tuple(entries))
 
 
-def ptd_named_data(data: bytes) -> dict[str, bytes]:
-    """The named-data blobs of one .ptd file's contents, by key."""
-    from executorch.extension.flat_tensor.serialize.serialize import FlatTensorSerializer
-
-    payload = FlatTensorSerializer().deserialize(data)
-    return {key: bytes(payload.buffers[e.buffer_index]) for key, e in payload.named_data.items()}
-
-
-def named_data(buffer: bytes, data_files: Mapping[str, bytes]) -> dict[str, bytes]:
-    """Every named-data blob of a program, by key: the .pte's own and each .ptd's."""
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    found: dict[str, bytes] = {}
-    stored = deserialize_pte_binary(buffer).named_data
-    if stored is not None:
-        for key, entry in stored.pte_data.items():
-            found[key] = bytes(stored.buffers[entry.buffer_index])
-    for data in data_files.values():
-        found.update(ptd_named_data(data))
-    return found
-
-
 def cuda_manifests(buffer: bytes) -> list[Manifest]:
     """The manifest of every CudaBackend delegate in a .pte, in delegate order."""
     from executorch.exir._serialize._program import deserialize_pte_binary
@@ -188,8 +166,8 @@ def missing_weights(manifest: Manifest, data: Mapping[str, bytes]) -> list[str]:
     return problems
 
 
-def weights_check(buffer: bytes, data_files: Mapping[str, bytes]) -> list[list[str]]:
+def weights_check(buffer: bytes, data: Mapping[str, bytes]) -> list[list[str]]:
     """Per CudaBackend delegate of a .pte: which of its .so and weights are missing or the
-    wrong size in the .pte and ``data_files`` (the .ptd contents). Empty lists: all there."""
-    data = named_data(buffer, data_files)
+    wrong size in the program's named ``data`` (the .pte's and its .ptd files'). Empty lists:
+    all there."""
     return [missing_weights(manifest, data) for manifest in cuda_manifests(buffer)]
