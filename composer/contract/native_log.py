@@ -14,6 +14,8 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+from composer.contract import environment
+
 
 class NativeLog:
     """Captures what C++ code writes to file descriptor 2 while the block runs.
@@ -28,7 +30,7 @@ class NativeLog:
 
     @contextlib.contextmanager
     def capture(self) -> Iterator[NativeLog]:
-        if os.environ.get("COMPOSER_NATIVE_LOG") == "1":
+        if environment.switch(environment.NATIVE_LOG):
             yield self
             return
         sys.stderr.flush()

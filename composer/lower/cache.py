@@ -28,7 +28,8 @@ from typing import Any
 
 import attrs
 
-from composer.contract.errors import ComposerError, ComposerWarning
+from composer.contract import environment
+from composer.contract.errors import ComposerWarning
 
 KINDS = ("placement", "program", "module", "plan", "partition")  # the subfolders composer writes
 MAGIC = b"composer-cache 2\n"  # 2: the entry holds its key
@@ -43,7 +44,7 @@ class DamagedEntryWarning(ComposerWarning):
 
 def cache_dir() -> Path:
     """``$COMPOSER_CACHE_DIR``, else ``$XDG_CACHE_HOME/composer``, else ``~/.cache/composer``."""
-    explicit = os.environ.get("COMPOSER_CACHE_DIR")
+    explicit = environment.folder(environment.CACHE_DIR)
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -51,28 +52,14 @@ def cache_dir() -> Path:
 
 
 def cache_enabled() -> bool:
-    """False when ``$COMPOSER_NO_CACHE`` is set (to anything but empty or 0): every compose
+    """False when ``$COMPOSER_NO_CACHE`` is on (``1``, ``true``, ``yes``, ``on``): every compose
     and plan then works as with ``cache=False``, e.g. to time a suite without it."""
-    return os.environ.get("COMPOSER_NO_CACHE", "") in ("", "0")
+    return not environment.switch(environment.NO_CACHE)
 
 
 def size_bound() -> int:
     """``$COMPOSER_CACHE_SIZE`` in bytes (``123``, ``500K``, ``500M``, ``2G``), else 2 GiB."""
-    text = os.environ.get("COMPOSER_CACHE_SIZE", "").strip()
-    if not text:
-        return DEFAULT_SIZE
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
-    number = text[:-1] if scale != 1 else text
-    try:
-        value = int(float(number) * scale)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ComposerError(
-            f"COMPOSER_CACHE_SIZE={text!r} is not a size: write bytes or a number with K, M or "
-            "G (e.g. 2G)."
-        )
-    return value
+    return environment.size(environment.CACHE_SIZE, DEFAULT_SIZE)
 
 
 @attrs.define

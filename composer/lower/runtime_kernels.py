@@ -18,7 +18,9 @@ import json
 import os
 import subprocess
 
-RUNNER_VARIABLE = "COMPOSER_ET_RUNNER"
+from composer.contract import environment
+
+RUNNER_VARIABLE = environment.ET_RUNNER
 
 
 @functools.cache
@@ -50,7 +52,7 @@ def target_kernels() -> frozenset[str] | None:
     """The kernels of the runtime composer's proof runs programs in: the runner
     ``$COMPOSER_ET_RUNNER`` names, else the pip runtime (``None``: whatever has an out
     variant)."""
-    runner = os.environ.get(RUNNER_VARIABLE)
+    runner = environment.executable(RUNNER_VARIABLE, environment.RUNNER_HOW)
     return runner_kernels(runner) if runner else None
 
 

@@ -17,9 +17,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-# Seconds before composer says it is still waiting for a plugin; the environment variable is
-# read once, the constant may be set (the tests do).
-SLOW_ANSWER_S = float(os.environ.get("COMPOSER_SLOW_ANSWER_S", "5"))
+from composer.contract import environment
+
+# Seconds before composer says it is still waiting for a plugin: None reads
+# $COMPOSER_SLOW_ANSWER_S (default 5) when a question is asked; the constant may be set (the
+# tests do).
+SLOW_ANSWER_S: float | None = None
+
+
+def slow_answer_s() -> float:
+    """The seconds after which a question in flight is named (a wrong variable: ComposerError)."""
+    if SLOW_ANSWER_S is not None:
+        return SLOW_ANSWER_S
+    return environment.seconds(environment.SLOW_ANSWER_S, 5.0)
+
 
 Tell = Callable[[str], None]
 _sink: contextvars.ContextVar[Tell | None] = contextvars.ContextVar("composer_sink", default=None)
@@ -36,7 +47,7 @@ class _Question:
     def __init__(self, who: str, what: str, tell: Tell) -> None:
         self.who, self.what, self.tell = who, what, tell
         self.started = time.monotonic()
-        self.next_notice = SLOW_ANSWER_S
+        self.next_notice = slow_answer_s()
         self.told = False
 
     def notice_due(self, now: float) -> str | None:
@@ -129,7 +140,7 @@ def _start_watching() -> None:
 def _watch() -> None:
     """Forever: every fraction of the threshold, tell about each question now overdue."""
     while True:
-        time.sleep(min(1.0, SLOW_ANSWER_S / 4))
+        time.sleep(min(1.0, slow_answer_s() / 4))
         now = time.monotonic()
         for question in list(_in_flight.values()):
             notice = question.notice_due(now)

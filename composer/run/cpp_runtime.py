@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from composer.contract import environment
 from composer.contract.errors import ComposerError
 from composer.contract.machine import KilledChild
 from composer.lower.atomic import ptd_name
@@ -219,15 +220,7 @@ def run_pte(
 def runner_path() -> str | None:
     """The runner ``$COMPOSER_ET_RUNNER`` names (``None`` where it is unset); a ComposerError
     where it names no executable file."""
-    path = os.environ.get(RUNNER_VARIABLE)
-    if not path:
-        return None
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise ComposerError(
-            f"${RUNNER_VARIABLE} is {path!r}, which is no executable file: build the runner with "
-            "bench/et_runtime/build.sh, or unset it."
-        )
-    return path
+    return environment.executable(RUNNER_VARIABLE, environment.RUNNER_HOW)
 
 
 class RunnerProgram:
