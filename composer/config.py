@@ -36,8 +36,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from composer.contract.environment import shortened
 from composer.contract.errors import ComposerError
-from composer.registry.names import backend_names, is_count
+from composer.registry.names import MAX_THREADS, backend_names, is_thread_count
 from composer.registry.stack import KEEP_WHOLE, PLACEMENTS, Stack
 
 KEYS = {
@@ -98,7 +99,7 @@ def find_config(directory: Path) -> Path | None:
     if (directory / "composer.toml").is_file():
         return directory / "composer.toml"
     pyproject = directory / "pyproject.toml"
-    if pyproject.is_file() and "composer" in _read(pyproject).get("tool", {}):
+    if pyproject.is_file() and _composer_table(_read(pyproject), pyproject) is not None:
         return pyproject
     return None
 
@@ -108,8 +109,9 @@ def load_config(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     data = _read(path)
-    table = data.get("tool", {}).get("composer", {}) if path.name == "pyproject.toml" else data
-    return _fields(table, path)
+    if path.name == "pyproject.toml":
+        data = _composer_table(data, path) or {}
+    return _fields(data, path)
 
 
 def stack_from_text(text: str, where: str = "the config text") -> Stack:
@@ -170,17 +172,46 @@ def _fields(table: dict[str, Any], path: Path | str) -> dict[str, Any]:
             )
         fields["keep_whole"] = table["keep_whole"]
     if "threads" in table:
-        if not is_count(table["threads"]):
-            raise ComposerError(f"{path}: threads must be a whole number >= 1.")
+        if not is_thread_count(table["threads"]):
+            raise ComposerError(
+                f"{path}: threads must be a whole number from 1 to {MAX_THREADS}, not "
+                f"{shortened(repr(table['threads']))}."
+            )
         fields["threads"] = table["threads"]
     return fields
 
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as error:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ComposerError(
+            f"cannot read {path}: it is not UTF-8 text (byte {error.start} is "
+            f"{error.object[error.start : error.start + 1]!r}); TOML is UTF-8: save it so."
+        ) from error
+    except OSError as error:
+        raise ComposerError(f"cannot read {path}: {error.strerror}.") from error
+    except tomllib.TOMLDecodeError as error:
         raise ComposerError(f"cannot read {path}: {error}") from error
+
+
+def _composer_table(data: dict[str, Any], path: Path) -> dict[str, Any] | None:
+    """pyproject.toml's ``[tool.composer]``, None where it has none; ``tool`` or
+    ``tool.composer`` that is no table is refused (``tool = 3``)."""
+    tool = data.get("tool")
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise ComposerError(
+            f"{path}: tool must be a table ([tool.NAME] sections), not {shortened(repr(tool))}."
+        )
+    table = tool.get("composer")
+    if table is not None and not isinstance(table, dict):
+        raise ComposerError(
+            f"{path}: tool.composer must be a table (a [tool.composer] section of keys such as "
+            f"backends = [...]), not {shortened(repr(table))}."
+        )
+    return table
 
 
 def _table(value: Any, path: Path | str, key: str) -> dict[str, Any]:

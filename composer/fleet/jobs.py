@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from composer.contract.environment import shortened
 from composer.contract.errors import ComposerError, first_line
 
 
@@ -48,10 +49,7 @@ def jobs_of(models: Sequence[str], stacks: Sequence[str]) -> list[Job]:
     named: list[str] = []
     for model in models:
         if model.endswith(".txt"):
-            path = Path(model)
-            if not path.is_file():
-                raise ComposerError(f"no such manifest: {model}")
-            for line in path.read_text().splitlines():
+            for line in _manifest_lines(Path(model)):
                 line = line.split("#", 1)[0].strip()
                 if line:
                     named.append(line)
@@ -63,6 +61,23 @@ def jobs_of(models: Sequence[str], stacks: Sequence[str]) -> list[Job]:
     # one job: its one record would otherwise be counted twice
     unique = dict.fromkeys(",".join(b.strip() for b in s.split(",")) for s in stacks)
     return [Job(model, stack) for model in dict.fromkeys(named) for stack in unique]
+
+
+def _manifest_lines(path: Path) -> list[str]:
+    """A manifest's lines: one model a line, UTF-8 text as every list of names composer reads."""
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ComposerError(f"no such manifest: {path}") from None
+    except UnicodeDecodeError as error:
+        raise ComposerError(
+            f"cannot read the manifest {path}: it is not UTF-8 text (byte {error.start} is "
+            f"{error.object[error.start : error.start + 1]!r}); save it as UTF-8, one model a line."
+        ) from error
+    except OSError as error:
+        raise ComposerError(
+            f"cannot read the manifest {shortened(str(path))}: {error.strerror}."
+        ) from error
 
 
 def run_job(job: Mapping[str, str], bench: int = 0, placement: str = "priority") -> dict[str, Any]:
@@ -180,11 +195,18 @@ class ResultsFile:
         key = Job(record["model"], record["stack"]).key
         if key in self.records:
             return False
+        try:
+            with self.path.open("a") as out:
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as error:  # a full disk: what was written stays, and --resume goes on
+            raise ComposerError(
+                f"cannot write the results to {self.path}: {error.strerror}; the "
+                f"{len(self.records)} record(s) before are kept. Free space there, then run the "
+                "same command with --resume."
+            ) from error
         self.records[key] = record
-        with self.path.open("a") as out:
-            out.write(json.dumps(record) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
         return True
 
     def of(self, jobs: Iterable[Job]) -> list[dict[str, Any]]:
