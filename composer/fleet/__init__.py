@@ -158,6 +158,10 @@ def _check_before_any_work(workers, bench, golden, ray, device_resource) -> None
         raise ComposerError(f"--bench must be 1 or more (calls timed a program), not {bench}.")
     if device_resource is not None and ray is None:
         raise ComposerError("--device-resource asks Ray for a resource: pass --ray too.")
+    if ray is not None:
+        from composer.fleet.on_ray import check_address
+
+        check_address(ray)  # before Ray is imported: it takes a wrong address for minutes
     if golden is not None:
         folder = Path(golden)
         try:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from composer.contract.environment import shortened
 from composer.contract.errors import ComposerError
 from composer.fleet.jobs import Job, run_job
 
@@ -95,6 +96,7 @@ def check_reachable(address: str) -> None:
         address, source = _auto_address()
         if not address:
             return  # no cluster recorded here: Ray says so at once
+    check_address(address, source)
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         return  # "local", or a form Ray reads its own way
@@ -105,6 +107,27 @@ def check_reachable(address: str) -> None:
             f"no Ray cluster answers at {address} ({error.strerror or error}{source}): start one "
             "with `ray start --head`, pass the address of one that runs, or leave --ray out."
         ) from error
+
+
+def check_address(address: str, source: str = "") -> None:
+    """Refuse what is no address of a Ray cluster: ``auto``, ``local``, ``HOST:PORT`` or
+    ``ray://HOST[:PORT]``, a port from 1 to 65535 (``source``: where the address came from)."""
+    rest = address.removeprefix("ray://")
+    host, colon, port = rest.rpartition(":")
+    if not colon:
+        host, port = rest, None
+    fine = address in ("auto", "local") or (
+        bool(host.strip("[]"))
+        and not any(c.isspace() for c in address)
+        and (port is None and address.startswith("ray://") or port is not None and port.isdigit()
+             and 0 < int(port) < 65536)
+    )  # fmt: skip
+    if not fine:
+        raise ComposerError(
+            f"--ray {shortened(address)!r} is no Ray address{source}: write auto, or HOST:PORT "
+            "of the cluster's head (10.0.0.5:6379; ray://10.0.0.5:10001 for Ray Client), the "
+            "port from 1 to 65535."
+        )
 
 
 def _auto_address() -> tuple[str, str]:

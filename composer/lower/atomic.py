@@ -418,7 +418,12 @@ def _write_temporary(path: Path, data: bytes) -> str:
         os.fchmod(handle, 0o666 & ~_umask())
         with os.fdopen(handle, "wb") as out:
             out.write(data)
-    except BaseException:
+    except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError):  # a full disk (ENOSPC), a quota or size limit (EFBIG)
+            raise ComposerError(
+                f"cannot write {path} ({len(data):,} bytes): {error.strerror}; no file was "
+                "changed. Free space there, or write elsewhere."
+            ) from error
         raise
     return temporary

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from composer.contract.environment import shortened
 from composer.contract.errors import ModelError
 from composer.lower.export import load_program
 from composer.models import corpus, zoo
@@ -41,6 +42,10 @@ def load_model(source: str, dynamic: Sequence[str] = ()) -> tuple[Any, tuple | N
         ) from error
 
 
+# The largest size a dim may take: the runtime keeps sizes as int32 (SizesType); a larger bound
+# failed only deep in lowering (XNNPACK's flatbuffer holds 32-bit dims: 2**32 sent every
+# partition to repairs) or, beyond 64 bits, as a page of ExecuTorch's errors.
+MAX_SIZE = 2**31 - 1
 DYNAMIC_FORM = re.compile(r"^(?:(\d+):)?(\d+)=(\d+)\.\.(\d+)$")
 
 
@@ -58,6 +63,11 @@ def dynamic_shapes_from_text(specs: Sequence[str], inputs: Sequence[Any]) -> tup
                 "first input from 2 to 128); INPUT defaults to 0."
             )
         index, dim, low, high = (int(g) if g else 0 for g in match.groups())
+        if high > MAX_SIZE:
+            raise ModelError(
+                f"--dynamic {shortened(spec)!r}: MAX must be at most {MAX_SIZE:,} (ExecuTorch keeps "
+                "a tensor's sizes as 32-bit integers); write a smaller MAX."
+            )
         if index >= len(inputs) or not isinstance(inputs[index], torch.Tensor):
             raise ModelError(f"--dynamic {spec!r}: the model has no tensor input {index}.")
         if dim >= inputs[index].dim() or not low <= inputs[index].shape[dim] <= high:

@@ -12,6 +12,16 @@ def is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+# The most threads composer gives the runtime's threadpool: it starts them all at once, and
+# ten billion (a slip of the keyboard) is no request the runtime can meet.
+MAX_THREADS = 1024
+
+
+def is_thread_count(value: object) -> bool:
+    """Whether ``value`` is a count of threads the runtime can be given: 1 to MAX_THREADS."""
+    return is_count(value) and value <= MAX_THREADS
+
+
 def backend_names(value: str | Iterable[str]) -> tuple[str, ...]:
     """Backend names from ``"a, b"`` or ``["a", "b"]``, stripped, blanks dropped."""
     value = value.split(",") if isinstance(value, str) else list(value)

@@ -12,7 +12,7 @@ import attrs
 
 from composer.contract.errors import BackendListError, ComposerError
 from composer.contract.options import check_options
-from composer.registry.names import backend_names, is_count
+from composer.registry.names import MAX_THREADS, backend_names, is_count, is_thread_count
 
 if TYPE_CHECKING:
     from composer.registry.discovery import Backend, Registry
@@ -132,8 +132,10 @@ class Stack:
             isinstance(budget, bool) or not isinstance(budget, int | float) or budget < 0
         ):
             raise ComposerError(f"tune_budget must be a number of seconds >= 0, not {budget!r}.")
-        if self.threads is not None and not is_count(self.threads):
-            raise ComposerError(f"threads must be a whole number >= 1, not {self.threads!r}.")
+        if self.threads is not None and not is_thread_count(self.threads):
+            raise ComposerError(
+                f"threads must be a whole number from 1 to {MAX_THREADS}, not {self.threads!r}."
+            )
         repair = self.repair_time
         if isinstance(repair, bool) or not isinstance(repair, int | float) or repair < 0:
             raise ComposerError(

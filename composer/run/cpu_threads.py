@@ -14,7 +14,7 @@ before this process loads any program, and composer refuses to change them after
 from __future__ import annotations
 
 from composer.contract.errors import ComposerError
-from composer.registry.names import is_count
+from composer.registry.names import MAX_THREADS, is_thread_count
 from composer.run import torch_free_runtime
 from composer.run.loads import has_loaded
 from composer.run.runtime import NativeLog, torch_mismatch
@@ -31,8 +31,10 @@ def current() -> int | None:
 
 def set_threads(count: int) -> None:
     """Give XNNPACK ``count`` threads in this process's runtime, before any program loads."""
-    if not is_count(count):
-        raise ComposerError(f"threads must be a whole number >= 1, not {count!r}.")
+    if not is_thread_count(count):
+        raise ComposerError(
+            f"threads must be a whole number from 1 to {MAX_THREADS}, not {count!r}."
+        )
     pool = _pool()
     if pool is None:
         raise ComposerError(
