@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 from composer import terminal
+from composer.contract import environment
 from composer.contract.errors import ComposerError
 
 USER_ERROR = 2
@@ -100,6 +102,7 @@ def _lower(args: argparse.Namespace) -> int:
     # every path is checked first.
     check_outputs(output_kinds(output, outputs), _input_files(args), force=args.force,
                   remedy=FORCE_FLAG)  # fmt: skip
+    _use_runtime(args)
     stack = _stack(args)
     model, inputs = load_model(args.model, args.dynamic)
     started = time.perf_counter()
@@ -283,6 +286,9 @@ def _run(args: argparse.Namespace) -> int:
     flat = flat_inputs(inputs)
     runner = cpp_runtime.runner_path()
     data_paths = sorted(program.parent.glob("*.ptd"))
+    agent = _use_runtime(args)
+    if agent is not None:
+        return _run_on_agent(args, agent, buffer, data_paths, flat, model, inputs)
     loaded, outputs = _run_program(args, runner, buffer, data_paths, flat)
     for index, output in enumerate(outputs):
         print(
@@ -298,6 +304,60 @@ def _run(args: argparse.Namespace) -> int:
     if eager is None:
         return 0
     return _compare_with_eager(args.compare, buffer, eager, inputs, outputs)
+
+
+def _use_runtime(args: argparse.Namespace):
+    """The agent ``--runtime`` names, in use for this command (asked what it runs at once: an
+    agent that cannot be reached fails before any work); None without ``--runtime``."""
+    if not args.runtime:
+        return None
+    from composer.run import remote
+
+    token = None
+    if args.runtime_token_file:
+        try:
+            token = Path(args.runtime_token_file).read_text().strip()
+        except OSError as error:
+            raise ComposerError(
+                f"cannot read --runtime-token-file {args.runtime_token_file}: {error.strerror}."
+            ) from error
+    if getattr(args, "bench", None) and args.command == "lower":
+        raise ComposerError("--bench with --runtime: write the program, then time it there "
+                            "with `composer run FILE.pte --runtime HOST:PORT --bench`.")  # fmt: skip
+    agent = remote.RemoteRuntime(args.runtime, token, args.runtime_timeout)
+    agent.hello()
+    remote.use(agent)
+    return agent
+
+
+def _run_on_agent(args, agent, buffer: bytes, data_paths: list[Path], flat, model, inputs) -> int:
+    """``composer run --runtime``: the program run (and timed) on the agent, compared here."""
+    import statistics
+
+    data_files = {p.name: p.read_bytes() for p in data_paths}
+    there, why, ran_in = agent.can_run(buffer)
+    if not there:
+        raise ComposerError(f"{why}: run it where its backends are.")
+    outputs = agent.run_program(buffer, data_files, flat, args.method)
+    print(f"executor: {agent.executor(ran_in)}")
+    for index, output in enumerate(outputs):
+        print(f"output {index}: shape {list(output.shape)} "
+              f"{str(output.dtype).removeprefix('torch.')}")  # fmt: skip
+    if args.bench:
+        executor, seconds = agent.time_program(buffer, data_files, flat, args.bench, args.method)
+        us = sorted(s * 1e6 for s in seconds)
+        print(f"latency on the {executor}, {len(us)} calls after warm-up (timed there, without "
+              f"the network): fastest {us[0]:.1f} us, median {statistics.median(us):.1f} us, "
+              f"p90 {us[min(len(us) - 1, int(0.9 * len(us)))]:.1f} us")  # fmt: skip
+    if model is None:
+        return 0
+    return _compare_with_eager(args.compare, buffer, _eager_module(model), inputs, outputs)
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from composer.run.agent import serve
+
+    return serve(args.host, args.port, args.token_file, args.max_bytes)
 
 
 def _model_and_inputs(args: argparse.Namespace) -> tuple:
@@ -507,7 +567,7 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     from composer.registry.stack import PLACEMENTS
 
-    parser.add_argument("model", help=MODEL_HELP)
+    parser.add_argument("model", type=_model, help=MODEL_HELP)
     parser.add_argument(
         "--backends", help="priority list, e.g. tensorrt_stub,xnnpack (default: the config's)"
     )
@@ -521,8 +581,9 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         help="a backend option, e.g. cuda.max_autotune=OFF (repeatable)",
     )  # fmt: skip
     parser.add_argument(
-        "--config", help="composer.toml or pyproject.toml (default: the one in this directory)"
-    )
+        "--config", type=_path,
+        help="composer.toml or pyproject.toml (default: the one in this directory)",
+    )  # fmt: skip
     parser.add_argument(
         "--placement", choices=PLACEMENTS,
         help="priority (default): first backend that can take an op, except a host island "
@@ -553,7 +614,7 @@ def _add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--threads", type=_count, metavar="N",
+        "--threads", type=_threads, metavar="N",
         help="the ExecuTorch runtime's threads for XNNPACK in this run (default: the config's, "
         "else one per core); measured placement times with them",
     )  # fmt: skip
@@ -596,6 +657,48 @@ def _amount(text: str) -> float:
     return value
 
 
+def _threads(text: str) -> int:
+    """--threads: a count the runtime's threadpool can make (it starts one thread each)."""
+    from composer.registry.names import MAX_THREADS
+
+    value = _count(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {MAX_THREADS}, not {text!r}"
+        )
+    return value
+
+
+def _path(text: str) -> str:
+    """A file or folder argument: refused where this system cannot name it (too long)."""
+    if environment.too_long(text):
+        raise argparse.ArgumentTypeError(
+            f"{environment.shortened(text)!r} is longer than this system allows for a path or "
+            "one of its names: name a shorter path"
+        )
+    return text
+
+
+def _model(text: str) -> str:
+    """A model argument: a path (``.pt2``, a manifest) is checked as one; zoo:NAME is not."""
+    return _path(text) if text.endswith((".pt2", ".txt")) or "/" in text else text
+
+
+def _file_to_write(example: str):
+    """An output file argument: a path ending in a separator names a folder, not the file
+    (git and cargo refuse it alike rather than guess a name)."""
+
+    def checked(text: str) -> str:
+        if text.endswith(("/", os.sep)):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} ends in a separator, so it names a folder: name the file to write "
+                f"in it, e.g. {text}{example}"
+            )
+        return _path(text)
+
+    return checked
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's errors as composer's: one line, exit 2 (``--help`` shows the usage)."""
 
@@ -633,6 +736,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add_command in (
         _add_backends_command, _add_plan_command, _add_lower_command, _add_run_command,
         _add_cache_command, _add_sweep_command, _add_explain_command, _add_conformance_command,
+        _add_agent_command,
     ):  # fmt: skip
         add_command(commands)
     return parser
@@ -653,8 +757,10 @@ def _add_plan_command(commands) -> None:
 def _add_lower_command(commands) -> None:
     lower = commands.add_parser("lower", help="lower to a .pte with the backend stack")
     _add_stack_arguments(lower)
-    lower.add_argument("-o", "--output", required=True, help="the .pte to write")
-    lower.add_argument("--report", help="also write the plan: out.html (a picture) or out.json")
+    lower.add_argument("-o", "--output", required=True, type=_file_to_write("model.pte"),
+                       help="the .pte to write")  # fmt: skip
+    lower.add_argument("--report", type=_file_to_write("plan.html"),
+                       help="also write the plan: out.html (a picture) or out.json")  # fmt: skip
     lower.add_argument(
         "--force", action="store_true",
         help="replace an existing -o or --report file that is not composer's own output of "
@@ -698,22 +804,60 @@ def _add_lower_command(commands) -> None:
         help="lower partitions in N processes where the backend lowers each on its own "
         "(default 1)",
     )  # fmt: skip
+    _add_runtime_arguments(lower)
     lower.set_defaults(run=_lower)
 
 
 def _add_run_command(commands) -> None:
     run = commands.add_parser("run", help="run a .pte in the ExecuTorch runtime")
-    run.add_argument("program", help="the .pte")
-    run.add_argument("--inputs", help="a tuple of tensors saved with torch.save")
+    run.add_argument("program", type=_path, help="the .pte")
+    run.add_argument("--inputs", type=_path, help="a tuple of tensors saved with torch.save")
     run.add_argument("--method", default="forward", help="the method to run (default: forward)")
-    run.add_argument("--compare", metavar="MODEL", help="check against this model in eager")
+    run.add_argument("--compare", type=_model, metavar="MODEL",
+                     help="check against this model in eager")  # fmt: skip
     run.add_argument(
         "--bench", type=_count, nargs="?", const=200, metavar="N",
         help="fastest, median and p90 latency over N or more calls after warm-up (default 200), "
         "per delegate too",
     )  # fmt: skip
     _add_threads_argument(run)
+    _add_runtime_arguments(run)
     run.set_defaults(run=_run)
+
+
+def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--runtime", metavar="HOST:PORT",
+        help="run the program on the machine where `composer agent` serves this address: the "
+        "proof, --verify and --bench run there",
+    )  # fmt: skip
+    parser.add_argument(
+        "--runtime-token-file", metavar="FILE",
+        help="the agent's token (default: $COMPOSER_RUNTIME_TOKEN)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--runtime-timeout", type=_amount, metavar="SECONDS",
+        help="give up on an agent that has not answered a request after this long "
+        "(default: $COMPOSER_RUNTIME_TIMEOUT, else 600)",
+    )  # fmt: skip
+
+
+def _add_agent_command(commands) -> None:
+    from composer.run.agent import DEFAULT_MAX_BYTES
+
+    agent = commands.add_parser(
+        "agent", help="serve this machine's ExecuTorch runtimes to composer elsewhere (--runtime)"
+    )
+    agent.add_argument("--port", type=int, required=True,
+                       help="the TCP port to listen on (0: a free one, printed)")  # fmt: skip
+    agent.add_argument("--host", default="127.0.0.1",
+                       help="the address to listen on (default 127.0.0.1: this machine only)")  # fmt: skip
+    agent.add_argument("--token-file", metavar="FILE",
+                       help="the token clients must present: read from FILE, or made and written "
+                       "there (mode 0600) where it does not exist (default: made and printed)")  # fmt: skip
+    agent.add_argument("--max-bytes", type=_count, default=DEFAULT_MAX_BYTES, metavar="N",
+                       help=f"refuse a request larger than N bytes (default {DEFAULT_MAX_BYTES:,})")  # fmt: skip
+    agent.set_defaults(run=_agent)
 
 
 def _add_cache_command(commands) -> None:
@@ -728,14 +872,16 @@ def _add_sweep_command(commands) -> None:
     sweep = commands.add_parser(
         "sweep", help="compose many models with many stacks: local processes or a Ray cluster"
     )
-    sweep.add_argument("models", nargs="+", help="zoo:NAME, model.pt2, module:function, or a "
+    sweep.add_argument("models", nargs="+", type=_model, help="zoo:NAME, model.pt2, module:function, or a "
                        "manifest.txt naming one a line")  # fmt: skip
     sweep.add_argument("--stacks", nargs="+", required=True, metavar="A,B",
                        help="the stacks, each backends in priority order")  # fmt: skip
-    sweep.add_argument("--results", default="sweep.jsonl",
+    sweep.add_argument("--results", default="sweep.jsonl", type=_file_to_write("sweep.jsonl"),
                        help="one JSON record a job (default sweep.jsonl)")  # fmt: skip
-    sweep.add_argument("--html", help="also write the table of results as HTML")
-    sweep.add_argument("--golden", metavar="DIR", help="compare each plan with DIR/<job>.json")
+    sweep.add_argument("--html", type=_file_to_write("sweep.html"),
+                       help="also write the table of results as HTML")  # fmt: skip
+    sweep.add_argument("--golden", type=_path, metavar="DIR",
+                       help="compare each plan with DIR/<job>.json")  # fmt: skip
     sweep.add_argument("--update-golden", action="store_true", help="write the golden plans")
     sweep.add_argument("--resume", action="store_true",
                        help="skip the jobs the results file already holds")  # fmt: skip
@@ -777,20 +923,26 @@ def _add_conformance_command(commands) -> None:
     )  # fmt: skip
     conformance.add_argument("--models", action="store_true", help="the model tests too")
     conformance.add_argument("-k", dest="keyword", help="pytest -k: which tests (conv2d or linear)")
-    conformance.add_argument("--report-dir", default="conformance", help="where the suite's "
+    conformance.add_argument("--report-dir", default="conformance", type=_path, help="where the suite's "
                              "JSON and CSV reports go (default ./conformance)")  # fmt: skip
     conformance.add_argument("--jobs", type=_count, metavar="N", help="pytest-xdist processes")
     conformance.set_defaults(run=_conformance)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return terminal.run_command(_main, argv)
+    import contextvars
+
+    # What one command sets for itself (the agent of --runtime) ends with it, also where a
+    # program calls main() more than once.
+    return contextvars.copy_context().run(terminal.run_command, _main, argv)
 
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         with terminal.upstream_quieted(args.debug):
+            # A variable set to nonsense stops every command at once, naming itself.
+            environment.check_all()
             return args.run(args)
     except ComposerError as error:
         # A library turned the interrupt into an error of its own.
