@@ -88,21 +88,29 @@ def test_a_compiler_out_of_processes_twice_is_one_error_not_a_repair(short):
     assert "nothing was moved" in message and "after moving" not in message
 
 
+@pytest.mark.parametrize(
+    ("code", "text", "short_of"),
+    [
+        (errno.ENOSPC, "No space left", "disk space"),
+        (errno.EFBIG, "File too large", "file size (a limit on the files it may write)"),
+    ],
+    ids=["ENOSPC", "EFBIG"],
+)
 def test_a_full_disk_while_lowering_ends_in_one_line_and_writes_nothing(
-    short, capsys, tmp_path, monkeypatch
+    short, capsys, tmp_path, monkeypatch, code, text, short_of
 ):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ShortOfTheMachine, "raising", OSError(errno.ENOSPC, "No space left"))
+    monkeypatch.setattr(ShortOfTheMachine, "raising", OSError(code, text))
     ShortOfTheMachine.times = 1000
     monkeypatch.setattr(registry_module, "_default", short)
-    code = main(["lower", "zoo:mlp", "--backends", "short,xnnpack", "-o", "m.pte", "--quiet",
-                 "--no-cache"])  # fmt: skip
+    exit_code = main(["lower", "zoo:mlp", "--backends", "short,xnnpack", "-o", "m.pte",
+                      "--quiet", "--no-cache"])  # fmt: skip
     err = capsys.readouterr().err
-    assert code == 2, err
+    assert exit_code == 2, err
     (line,) = err.strip().splitlines()
     assert line.startswith(
-        "composer: error: the machine ran short of disk space while lowering a partition with "
-        "ShortOfTheMachine (OSError: [Errno 28] No space left), and again when retried."
+        f"composer: error: the machine ran short of {short_of} while lowering a partition with "
+        f"ShortOfTheMachine (OSError: [Errno {code}] {text}), and again when retried."
     ), line
     assert list(tmp_path.iterdir()) == []
 

@@ -24,6 +24,9 @@ _SHORT_OF = {
     errno.EAGAIN: "processes or threads (the machine is busy)",
     errno.ENOMEM: "memory",
     errno.ENOSPC: "disk space",
+    # a file bigger than the process may write (a file-size limit: ulimit -f), as XNNPACK's
+    # temporary flatbuffer files meet it
+    errno.EFBIG: "file size (a limit on the files it may write)",
     errno.EDQUOT: "disk quota",
     errno.EMFILE: "open files",
     errno.ENFILE: "open files",
