@@ -384,8 +384,7 @@ def _run_program(args, runner, buffer: bytes, data_paths: list[Path], flat: list
     """Run ``buffer`` once and say which executor ran it: (the loaded program, or None where
     the C++ runner ran it, the outputs)."""
     from composer.run import cpp_runtime
-    from composer.run.runtime import LoadedProgram, runtime_can_run
-    from composer.run.verification import RUNTIME
+    from composer.run.runtime import RUNTIME, LoadedProgram, runtime_can_run
 
     if runner is not None and not runtime_can_run(buffer)[0]:
         # A program the pip runtime cannot run (CUDA delegates): ExecuTorch's own C++ runtime.

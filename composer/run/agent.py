@@ -35,6 +35,16 @@ from typing import Any
 import torch
 
 from composer.contract.errors import ComposerError, first_line
+from composer.run import cpp_runtime
+from composer.run.runtime import (
+    RUNTIME,
+    LoadedProgram,
+    check_program_file,
+    registered_backends,
+    run_program,
+    runtime_can_run,
+    torch_mismatch,
+)
 
 MAGIC = b"CPA1"
 _PREFIX = struct.Struct(">4sIQ")  # magic, header length, body length
@@ -335,9 +345,6 @@ def hello(max_bytes: int) -> dict[str, Any]:
     for this torch), whether ExecuTorch's C++ runner is named, the versions, the limit."""
     from importlib.metadata import version
 
-    from composer.run import cpp_runtime
-    from composer.run.runtime import registered_backends, torch_mismatch
-
     mismatch = torch_mismatch()
     return {
         "ok": True,
@@ -355,9 +362,6 @@ def run_here(
 ) -> tuple[str, list]:
     """(the executor, the outputs) of ``method`` of ``program`` run once here: in the pip
     runtime where it has every delegate's backend, else in the C++ runner."""
-    from composer.run import cpp_runtime
-    from composer.run.runtime import run_program
-    from composer.run.verification import RUNTIME
 
     can_run, why = _checked(program, method)
     if can_run:
@@ -378,7 +382,6 @@ def _checked(program: bytes, method: str) -> tuple[bool, str]:
     """Whether the pip runtime runs ``program`` whole, and why not; a ComposerError where it
     is no program with ``method``. Remembered for the last few programs: the proof sends one
     program again and again, and parsing its table costs more than running a small one."""
-    from composer.run.runtime import check_program_file, runtime_can_run
 
     key = (hashlib.sha256(program).digest(), method)
     if key not in _CHECKED:
@@ -395,9 +398,6 @@ def time_here(
     calls: int,
 ) -> tuple[str, list[float]]:  # fmt: skip
     """(the executor, the seconds of each of ``calls`` calls after a warm-up) of ``method``."""
-    from composer.run import cpp_runtime
-    from composer.run.runtime import LoadedProgram
-    from composer.run.verification import RUNTIME
 
     if _checked(program, method)[0]:
         loaded = LoadedProgram(program, method)

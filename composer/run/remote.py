@@ -22,8 +22,9 @@ import torch
 from composer.contract.errors import ComposerError
 from composer.contract.machine import MachineError
 from composer.contract.runtime import Delegate, DelegateRuntime, Run
+from composer.run import cpp_runtime
 from composer.run.agent import DEFAULT_MAX_BYTES, FrameError, encode, listed, read_frame, values_in
-from composer.run.runtime import program_backend_ids
+from composer.run.runtime import RUNTIME, program_backend_ids
 
 TOKEN_VARIABLE = "COMPOSER_RUNTIME_TOKEN"
 TIMEOUT_VARIABLE = "COMPOSER_RUNTIME_TIMEOUT"
@@ -78,8 +79,6 @@ class RemoteRuntime(DelegateRuntime):
 
     def can_run(self, program: bytes) -> tuple[bool, str, str]:
         """(whether the agent runs ``program`` whole, why, the executor there)."""
-        from composer.run import cpp_runtime
-        from composer.run.verification import RUNTIME
 
         said = self.hello()
         missing = sorted(program_backend_ids(program) - set(said["backends"]))

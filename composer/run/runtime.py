@@ -21,6 +21,8 @@ _SCALAR_TYPES = {
     5: torch.float16, 6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
 }  # fmt: skip
 LIBRARY_SPEC_KEY = "composer.library"
+# How a proof line names the pip runtime when it ran the whole program.
+RUNTIME = "executorch runtime"
 
 
 # The torch ExecuTorch 1.5.1's pip runtime is built against and links (libtorch_cpu).

@@ -28,7 +28,7 @@ from composer.run.accuracy import (
     truth,
 )
 from composer.run.inputs import flat_inputs
-from composer.run.runtime import run_program, runtime_can_run, torch_mismatch
+from composer.run.runtime import RUNTIME, run_program, runtime_can_run, torch_mismatch
 from composer.scheduler.plans import Plan
 
 
@@ -45,7 +45,6 @@ class Checkable(Protocol):
     def reference(self) -> torch.nn.Module: ...
 
 
-RUNTIME = "executorch runtime"
 REFERENCE = "python reference"
 
 
