@@ -355,9 +355,10 @@ def _run_on_agent(args, agent, buffer: bytes, data_paths: list[Path], flat, mode
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from composer.run.agent import serve
+    from composer.run.agent import DEFAULT_MAX_BYTES, serve
 
-    return serve(args.host, args.port, args.token_file, args.max_bytes)
+    max_bytes = DEFAULT_MAX_BYTES if args.max_bytes is None else args.max_bytes
+    return serve(args.host, args.port, args.token_file, max_bytes)
 
 
 def _model_and_inputs(args: argparse.Namespace) -> tuple:
@@ -842,8 +843,8 @@ def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_agent_command(commands) -> None:
-    from composer.run.agent import DEFAULT_MAX_BYTES
-
+    # `composer --help` imports no torch: the agent's module (and its default) load only
+    # when the agent runs.
     agent = commands.add_parser(
         "agent", help="serve this machine's ExecuTorch runtimes to composer elsewhere (--runtime)"
     )
@@ -854,8 +855,8 @@ def _add_agent_command(commands) -> None:
     agent.add_argument("--token-file", metavar="FILE",
                        help="the token clients must present: read from FILE, or made and written "
                        "there (mode 0600) where it does not exist (default: made and printed)")  # fmt: skip
-    agent.add_argument("--max-bytes", type=_count, default=DEFAULT_MAX_BYTES, metavar="N",
-                       help=f"refuse a request larger than N bytes (default {DEFAULT_MAX_BYTES:,})")  # fmt: skip
+    agent.add_argument("--max-bytes", type=_count, default=None, metavar="N",
+                       help="refuse a request larger than N bytes (default 512 MiB)")  # fmt: skip
     agent.set_defaults(run=_agent)
 
 

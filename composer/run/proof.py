@@ -168,7 +168,10 @@ def can_prove(program: bytes) -> tuple[bool, str]:
     piecewise, where = runnable_piecewise(program)
     if piecewise:
         return True, where
-    return False, f"{why}; {where}" if where not in why else why
+    # Said once: "no runtime here has X" repeats what the runtime said; a plugin's runtime that
+    # cannot run here says why.
+    more = [part for part in where.split("; ") if not part.startswith("no runtime here has")]
+    return False, "; ".join([why, *more])
 
 
 def prove(composition: Provable) -> Proof:
