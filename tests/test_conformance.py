@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from importlib.metadata import version
 from pathlib import Path
 
@@ -640,12 +641,27 @@ def test_ctrl_c_keeps_the_report_of_the_cases_that_ran(tmp_path):
         [sys.executable, "-m", "composer.cli", *argv, "--report-dir", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
+    printed: list[str] = []
+
+    def read() -> None:
+        for character in iter(lambda: process.stdout.read(1), ""):
+            printed.append(character)  # noqa: PERF402 - as it arrives, while the run goes on
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    # Interrupted once the first case has run (pytest's first progress mark after composer's
+    # "flows:" line): a fixed wait stopped a loaded machine's pytest before it had started its
+    # session, which then writes no report.
     deadline = time.monotonic() + 300
-    while not (tmp_path / "pytest.ini").exists() and time.monotonic() < deadline:
-        time.sleep(0.5)  # written just before pytest starts
-    time.sleep(20)
+    while time.monotonic() < deadline:
+        after_flows = "".join(printed).partition("\n")[2]
+        if any(mark in after_flows for mark in ".sFEx"):
+            break
+        time.sleep(0.2)
     os.killpg(process.pid, signal.SIGINT)
-    out, err = process.communicate(timeout=600)
+    process.wait(timeout=600)
+    reader.join(timeout=60)
+    out, err = "".join(printed), process.stderr.read()
     assert process.returncode == 130, out[-3000:] + err[-3000:]
     assert (tmp_path / "report.json").exists() and (tmp_path / "report.csv").exists()
     assert "interrupted: the tables count the cases that ran" in out, out[-3000:]
