@@ -72,21 +72,17 @@ def retried_once(call: Callable[[], T], doing: str) -> T:
     """``call()``; where the machine failed it, ``call()`` once more; where the machine fails
     it again, a :class:`MachineError` saying what ``doing`` (``"lowering a partition with
     XnnpackBackend"``) was short of. Any other error is raised as it is."""
-    try:
-        return call()
-    except MachineError:
-        raise
-    except Exception as error:
-        if machine_error(error) is None:
+    for attempt in (1, 2):
+        try:
+            return call()
+        except MachineError:
             raise
-    try:
-        return call()
-    except MachineError:
-        raise
-    except Exception as error:
-        if machine_error(error) is None:
-            raise
-        raise failed_twice(error, doing) from error
+        except Exception as error:
+            if machine_error(error) is None:
+                raise
+            if attempt == 2:
+                raise failed_twice(error, doing) from error
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 def failed_twice(error: BaseException, doing: str, *, retried: bool = True) -> MachineError:
