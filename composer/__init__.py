@@ -1,6 +1,7 @@
 """composer: several ExecuTorch backends in one .pte, safely.
 
 import composer
+composer.available_backends()  # the installed backends that lower here
 plan = composer.plan(model, ["tensorrt_stub", "xnnpack"], example_inputs)
 stack = composer.Stack(["cuda", "xnnpack"], options={"cuda": {"max_autotune": "OFF"}})
 composition = composer.compose(model, "tensorrt_stub,xnnpack", example_inputs)
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from composer.registry.discovery import Registry, default_registry
     from composer.registry.stack import Stack
     from composer.report.plan_text import summary_table
+    from composer.run.backends_here import available_backends, provable_backends
     from composer.run.composition import Composition
     from composer.run.verification import Verification
     from composer.scheduler.drop_in import guard, partitioner
@@ -66,6 +68,7 @@ _MODULE_OF = {
     "Stack": "composer.registry.stack",
     "Tolerance": "composer.contract.backend_spec",
     "Verification": "composer.run.verification",
+    "available_backends": "composer.run.backends_here",
     "compose": "composer.pipeline.compose",
     "default_registry": "composer.registry.discovery",
     "export_recipe": "composer.pipeline.recipes",
@@ -74,6 +77,7 @@ _MODULE_OF = {
     "op_name": "composer.contract.op_names",
     "partitioner": "composer.scheduler.drop_in",
     "plan": "composer.pipeline.compose",
+    "provable_backends": "composer.run.backends_here",
     "quantize": "composer.pipeline.quantize",
     "summary_table": "composer.report.plan_text",
     "sweep": "composer.fleet",
@@ -101,6 +105,7 @@ __all__ = [
     "Stack",
     "Tolerance",
     "Verification",
+    "available_backends",
     "compose",
     "default_registry",
     "export_recipe",
@@ -109,6 +114,7 @@ __all__ = [
     "op_name",
     "partitioner",
     "plan",
+    "provable_backends",
     "quantize",
     "summary_table",
     "sweep",
@@ -116,6 +122,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = _version()
+        return globals()[name]
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'composer' has no attribute {name!r}")
@@ -125,4 +134,15 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *__all__, "__version__"})
+
+
+def _version() -> str:
+    """composer's version, from the installed distribution's metadata; ``0+unknown`` where
+    composer is imported from a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("executorch-composer")
+    except PackageNotFoundError:
+        return "0+unknown"

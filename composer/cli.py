@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
 from composer import terminal
 from composer.contract import environment
-from composer.contract.errors import ComposerError
+from composer.contract.errors import ComposerError, did_you_mean, from_command_line
 
 USER_ERROR = 2
 MODEL_HELP = "zoo:NAME, a .pt2 file from torch.export.save, or package.module:function"
@@ -31,45 +32,125 @@ def _stack(args: argparse.Namespace):
 
 
 def _backends(args: argparse.Namespace) -> int:
+    import json
+
     from composer.registry.discovery import default_registry
+    from composer.run.backends_here import backends_here
 
     registry = default_registry()
-    rows = [("name", "backend id", "device", "lowers here", "from")]
-    for name, backend in sorted(registry.backends.items()):
-        reason = registry.unavailable_reason(backend)
-        origin = backend.origin
-        rows.append(
-            (
-                name,
-                backend.spec.backend_id,
-                backend.spec.device,
-                "yes" if reason is None else f"no: {reason}",
-                f"{origin.distribution} {origin.version}",
-            )
-        )
-    print(_table(rows))
-    options = [("option (--option BACKEND.NAME=VALUE)", "values", "help")]
+    for name in args.names:
+        if name not in registry.backends:
+            registry.resolve([name])  # says which are known, and the nearest
+    found = {each.name: each for each in backends_here(registry)}
+    chosen = [found[name] for name in dict.fromkeys(args.names)] or list(found.values())
+    width = terminal.width() or BACKENDS_WIDTH
+    failed = [f"failed to load plugin {failed.name} ({failed.distribution}): {failed.error}"
+              for failed in registry.failed]  # fmt: skip
+    if args.json:
+        listed = [{**each.to_dict(), **_options_of(registry, each.name)} for each in chosen]
+        print(json.dumps(listed, indent=2))
+        for line in failed:
+            print(line, file=sys.stderr)
+        return 0
+    if args.names:
+        _print_backend_details(registry, chosen, width)
+    else:
+        import textwrap
+
+        print(_backends_table(chosen, width))
+        for note in (
+            "proves here: lowers and runs here, so each program is checked before it is written",
+            "composer backends NAME: why a backend does not lower or run here, and its options",
+        ):
+            print(textwrap.fill(note, width, subsequent_indent="  "))
+    for line in failed:
+        print(line)
+    return 0
+
+
+# `composer backends` into a file or a pipe: as wide as a terminal would commonly be.
+BACKENDS_WIDTH = 100
+
+
+def _backends_table(backends: list, width: int) -> str:
+    """One line a backend: its name, whether it lowers and proves here, what it is (cut to
+    ``width``)."""
+    from composer.registry.discovery import OWN_DISTRIBUTION
+
+    rows = [("backend", "lowers here", "proves here", "what it is")]
+    for each in backends:
+        what = each.description
+        if each.distribution != OWN_DISTRIBUTION:
+            what = f"{what} ({each.distribution} {each.version})".lstrip()
+        rows.append((each.name, _yes(each.lowers_here), _yes(each.proves_here), what))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    room = max(width - sum(widths) - 2 * len(widths), len(rows[0][3]))
+    lines = []
+    for *first, what in rows:
+        if len(what) > room:
+            what = what[: room - 3].rstrip() + "..."
+        lines.append("  ".join([*(c.ljust(w) for c, w in zip(first, widths)), what]).rstrip())
+    return "\n".join(lines)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _print_backend_details(registry, backends: list, width: int) -> None:
+    """``composer backends NAME...``: what each is, why it does not lower or run here, and
+    the options each takes."""
+    import textwrap
+
+    def say(text: str, indent: str = "") -> None:
+        print(textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent + "  "))
+
+    for each in backends:
+        say(f"{each.name}  {each.description}".rstrip())
+        say(f"ExecuTorch backend {each.backend_id} on {each.device}, from {each.distribution} "
+            f"{each.version}", "  ")  # fmt: skip
+        say(f"lowers here: {'yes' if each.lowers_here else f'no, {each.why_not_lower}'}", "  ")
+        say(f"runs here: {f'yes, in {each.runs_in}' if each.runs_here else f'no, {each.why_not_run}'}",
+            "  ")  # fmt: skip
+    options = [("option", "values", "help")]
     takes_none = []
-    for name, backend in sorted(registry.backends.items()):
-        try:
-            declared = registry.options(backend)
-        except ComposerError as error:  # one plugin's broken hook must not hide the others
-            options.append((name, "?", str(error)))
-            continue
-        if not declared:
-            takes_none.append(name)
-        for option in declared:
-            values = "|".join(option.choices) if option.choices else "any"
-            if option.default is not None:
-                values += f", default {option.default}"
-            options.append((f"{name}.{option.name}", values, option.help))
+    for each in backends:
+        declared = _options_of(registry, each.name)
+        if declared["options_error"] is not None:
+            options.append((each.name, "?", declared["options_error"]))
+        elif not declared["options"]:
+            takes_none.append(each.name)
+        for option in declared["options"] or ():
+            values = "|".join(option["choices"]) if option["choices"] else "any"
+            if option["default"] is not None:
+                values += f", default {option['default']}"
+            options.append((f"{each.name}.{option['name']}", values, option["help"]))
     if len(options) > 1:
-        print(_table(options))
+        print("options, each given as --option BACKEND.NAME=VALUE:")
+        print(_table(options, width))
     if takes_none:
         print(f"no options: {', '.join(takes_none)}")
-    for failed in registry.failed:
-        print(f"failed to load plugin {failed.name} ({failed.distribution}): {failed.error}")
-    return 0
+
+
+def _options_of(registry, name: str) -> dict:
+    """The options backend ``name`` declares, as JSON would hold them, or why they are not
+    known (one plugin's broken hook must not hide the others)."""
+    try:
+        declared = registry.options(registry.backends[name])
+    except ComposerError as error:
+        return {"options": None, "options_error": str(error)}
+    return {
+        "options": [
+            {
+                "name": option.name,
+                "choices": list(option.choices) if option.choices else None,
+                "default": option.default,
+                "help": option.help,
+            }
+            for option in declared
+        ],
+        "options_error": None,
+    }
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -556,10 +637,10 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def _table(rows: list[tuple[str, ...]], width: int | None = None) -> str:
     from tabulate import tabulate
 
-    limits = terminal.column_limits(rows, terminal.width())
+    limits = terminal.column_limits(rows, width or terminal.width())
     return tabulate(rows[1:], headers=rows[0], tablefmt="plain", disable_numparse=True,
                     maxcolwidths=limits, maxheadercolwidths=limits)  # fmt: skip
 
@@ -700,10 +781,38 @@ def _file_to_write(example: str):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's errors as composer's: one line, exit 2 (``--help`` shows the usage)."""
+    """argparse's errors as composer's: one line, exit 2 (``--help`` shows the usage), with the
+    nearest option or choice to a misspelt one."""
 
     def error(self, message: str):
+        choice = _INVALID_CHOICE.search(message)
+        if choice is not None:
+            near = did_you_mean(choice["given"], _QUOTED.findall(choice["choices"]))
+            message += f"; {near.strip()}" if near else ""
         self.exit(USER_ERROR, f"composer: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            # The command's own options: argparse hands its leftovers up to this parser.
+            command = self._commands().get(getattr(parsed, "command", None), self)
+            flags = [flag for action in command._actions for flag in action.option_strings]
+            misspelt = [each.partition("=")[0] for each in unknown if each.startswith("-")]
+            near = next(filter(None, (did_you_mean(flag, flags) for flag in misspelt)), "")
+            hint = f"; {near.strip()}" if near else ""
+            command.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+        return parsed
+
+    def _commands(self) -> dict[str, argparse.ArgumentParser]:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return dict(action.choices)
+        return {}
+
+
+# argparse's words for a value not among an argument's choices (Python 3.11 to 3.13).
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+_QUOTED = re.compile(r"'([^']*)'")
 
 
 class _Version(argparse.Action):
@@ -743,7 +852,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_backends_command(commands) -> None:
-    backends = commands.add_parser("backends", help="list the backends found")
+    backends = commands.add_parser(
+        "backends", help="the backends installed: what each is, whether it lowers and proves here"
+    )
+    backends.add_argument(
+        "names", nargs="*", metavar="NAME",
+        help="say for these backends why they do not lower or run here, and their options",
+    )  # fmt: skip
+    backends.add_argument(
+        "--json", action="store_true",
+        help="print a JSON list, an object a backend: what it is, whether and where it lowers, "
+        "runs and proves here (and why not), its options",
+    )  # fmt: skip
     backends.set_defaults(run=_backends)
 
 
@@ -938,6 +1058,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from_command_line()  # messages name what to type here (`composer plan`, not composer.plan())
     args = build_parser().parse_args(argv)
     try:
         with terminal.upstream_quieted(args.debug):

@@ -275,6 +275,7 @@ def test_version_names_composer_executorch_and_torch(capsys):
 def test_backends_fits_the_terminal(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["backends"]) == 0
+    assert main(["backends", "xnnpack", "cuda", "openvino"]) == 0
     lines = capsys.readouterr().out.splitlines()
     too_wide = [line for line in lines if len(line) > 80 and not line.startswith("failed")]
     assert not too_wide

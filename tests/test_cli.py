@@ -27,11 +27,12 @@ def test_backends_lists_every_backend_with_its_distribution(capsys, monkeypatch)
     code, out, _ = run(capsys, "backends")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["name", "backend", "id"]
+    assert lines[0].split()[:3] == ["backend", "lowers", "here"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert {"xnnpack", "tensorrt_stub", "cuda", "metal"} <= set(rows)
-    assert "XnnpackBackend" in rows["xnnpack"] and "yes" in rows["xnnpack"]
-    assert "executorch-composer" in rows["xnnpack"]
+    assert rows["xnnpack"].split()[1:3] == ["yes", "yes"]
+    code, out, _ = run(capsys, "backends", "xnnpack")
+    assert "ExecuTorch backend XnnpackBackend on cpu, from executorch-composer" in out
 
 
 def test_plan_prints_the_table_and_json(capsys):

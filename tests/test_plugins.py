@@ -288,16 +288,12 @@ def test_cli_lists_third_party_and_broken_plugins(installed_plugins):
         env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["name", "backend", "id", "device", "lowers", "here", "from"]
+    assert lines[0].split() == ["backend", "lowers", "here", "proves", "here", "what", "it", "is"]
     sample = next(line for line in lines if line.startswith("sample "))
+    # Its own description, and the distribution it came from.
     assert sample.split() == [
-        "sample",
-        "SampleBackend",
-        "cpu",
-        "yes",
-        "composer-sample-backend",
-        "0.3.0",
-    ]
+        "sample", "yes", "no", "relu", "and", "cumsum", "(composer-sample-backend", "0.3.0)",
+    ]  # fmt: skip
     assert any(line.startswith("failed to load plugin broken") for line in lines)
 
 

@@ -36,7 +36,8 @@ def _run(argv: list[str], cwd: Path, timeout: int = 300) -> str:
 
 def _checkout_files() -> list[str]:
     listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "composer", "pyproject.toml", "README.md"],
+        ["git", "ls-files", "-co", "--exclude-standard", "composer", "pyproject.toml", "README.md"]
+        + ["LICENSE"],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -82,6 +83,18 @@ def test_the_wheel_installs_a_composer_that_finds_its_backends_and_composes(inst
         cwd=tmp_path,
     ).strip()
     assert Path(where).is_relative_to(installed.parent), where
+    # What pip show and PyPI show: the license, with its text, and who wrote it.
+    code = "from importlib.metadata import metadata; print(metadata('executorch-composer'))"
+    metadata = _run([str(installed / "python"), "-c", code], cwd=tmp_path)
+    assert "\nLicense-Expression: Apache-2.0\n" in metadata, metadata
+    assert "\nLicense-File: LICENSE\n" in metadata
+    assert "\nAuthor: composer's authors\n" in metadata
+    code = (
+        "from importlib.metadata import files; "
+        "print(next(f for f in files('executorch-composer') if f.name == 'LICENSE').read_text())"
+    )
+    licensed = _run([str(installed / "python"), "-c", code], cwd=tmp_path)
+    assert licensed.startswith(" " * 33 + "Apache License\n"), licensed[:200]
     # The console script, and the in-tree plugins registered through the wheel's entry points.
     listing = _run([str(installed / "composer"), "backends"], cwd=tmp_path)
     for backend in ("xnnpack", "openvino", "tensorrt_stub", "cuda", "vulkan"):

@@ -1,5 +1,11 @@
 """Errors a user can cause. Every message says what to do next."""
 
+from __future__ import annotations
+
+import contextvars
+import difflib
+from collections.abc import Iterable
+
 
 class ComposerError(Exception):
     """Base class: a problem with the model, the backend list, a plugin or a path."""
@@ -56,3 +62,29 @@ def first_line(error: BaseException) -> str:
     """The first line of an error's message (its type's name where it has none): what a
     one-line report of it says."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"did you mean xnnpack? "``: the one of ``known`` nearest ``name`` (a misspelling, another
+    case), as the start of a sentence that goes on to list them; ``""`` where none is near."""
+    by_folded = {str(each).casefold(): str(each) for each in known}
+    near = difflib.get_close_matches(name.casefold(), list(by_folded), n=1)
+    return f"did you mean {by_folded[near[0]]}? " if near else ""
+
+
+# What the user typed to reach composer: its command line sets this (composer.cli), so that a
+# message names what to run there (`composer plan`), not the Python call (composer.plan()).
+_COMMAND_LINE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "composer_command_line", default=False
+)
+
+
+def from_command_line() -> None:
+    """Say, for the rest of this context, that composer runs as the ``composer`` command."""
+    _COMMAND_LINE.set(True)
+
+
+def as_typed(python: str, command_line: str) -> str:
+    """``command_line`` where composer runs as the ``composer`` command, else ``python``: what
+    a message tells the user to run, in the words they use."""
+    return command_line if _COMMAND_LINE.get() else python

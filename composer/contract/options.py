@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from composer.contract.errors import ComposerError
+from composer.contract.errors import ComposerError, did_you_mean
 
 # What a value may be given as: the command line and the config give strings; Python callers
 # write 1 or True as naturally as "1". Anything else (a list, a dict) is a mistake.
@@ -97,6 +97,9 @@ def check_options(
         option = by_name.get(name)
         if option is None:
             known = ", ".join(by_name) or "none"
-            raise ComposerError(f"unknown option {name!r} for backend {backend!r}; known: {known}.")
+            near = did_you_mean(str(name), by_name)
+            raise ComposerError(
+                f"unknown option {name!r} for backend {backend!r}; {near}known: {known}."
+            )
         checked[name] = option.check(backend, value)
     return checked

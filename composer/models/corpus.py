@@ -26,7 +26,7 @@ import attrs
 import torch
 from torch import nn
 
-from composer.contract.errors import ModelError
+from composer.contract.errors import ModelError, did_you_mean
 
 INSTALL_HINT = (
     "pip install 'executorch-composer[corpus]' (and torchvision==0.28.0 with --no-deps, so "
@@ -442,7 +442,8 @@ def names(library: str | None = None) -> list[str]:
 def load(name: str, seed: int = 0) -> Built:
     """A corpus model in eval mode with seeded random weights, and its example inputs."""
     if name not in CORPUS:
-        raise ModelError(f"no corpus model {name!r}; choose one of: {', '.join(CORPUS)}.")
+        near = did_you_mean(name, CORPUS)
+        raise ModelError(f"no corpus model {name!r}; {near}choose one of: {', '.join(CORPUS)}.")
     torch.manual_seed(seed)
     model, inputs = CORPUS[name].build()
     _calibrate_batch_norm(model, inputs)

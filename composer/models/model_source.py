@@ -101,8 +101,9 @@ def _load(source: str) -> tuple[Any, tuple | None]:
         return program, None
     if ":" in source:
         return _from_factory(source)
+    near = f"did you mean zoo:{source}? Or " if source in zoo.ZOO else ""
     raise ModelError(
-        f"cannot tell what model {source!r} is: use zoo:NAME ({', '.join(sorted(zoo.ZOO))}), "
+        f"cannot tell what model {source!r} is: {near}use zoo:NAME ({', '.join(sorted(zoo.ZOO))}), "
         "corpus:NAME (real architectures, e.g. corpus:resnet18), a .pt2 file from "
         "torch.export.save, or package.module:function returning (module, example_inputs)."
     )

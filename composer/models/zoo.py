@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from composer.contract.errors import ModelError
+from composer.contract.errors import ModelError, did_you_mean
 
 
 class MLP(nn.Module):
@@ -368,7 +368,8 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
 def load(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A zoo model in eval mode with seeded random weights, and its example inputs."""
     if name not in ZOO:
-        raise ModelError(f"no zoo model {name!r}; choose one of: {', '.join(sorted(ZOO))}.")
+        near = did_you_mean(name, ZOO)
+        raise ModelError(f"no zoo model {name!r}; {near}choose one of: {', '.join(sorted(ZOO))}.")
     torch.manual_seed(seed)
     model, inputs = ZOO[name]()
     return model.eval(), inputs

@@ -13,7 +13,13 @@ import pluggy
 
 from composer.contract import hookspecs
 from composer.contract.backend_spec import BackendSpec
-from composer.contract.errors import BackendListError, ComposerError, ComposerWarning, PluginError
+from composer.contract.errors import (
+    BackendListError,
+    ComposerError,
+    ComposerWarning,
+    PluginError,
+    did_you_mean,
+)
 from composer.contract.options import Option
 from composer.registry import answers
 from composer.registry.asking import asking
@@ -192,6 +198,20 @@ class Registry:
         self._load_all()
         return dict(self._backends)
 
+    def in_order(self) -> list[Backend]:
+        """Every backend, in the order plugins load (composer's own first, the rest by
+        distribution and plugin name), each plugin's as it declares them. Which plugins a
+        stack imported first does not change it."""
+        backends = list(self.backends.values())
+        rank = {id(backend): index for index, backend in enumerate(backends)}
+
+        def order(backend: Backend) -> tuple:
+            origin = backend.origin
+            own = origin.distribution == OWN_DISTRIBUTION
+            return (not own, origin.distribution, origin.name, rank[id(backend)])
+
+        return sorted(backends, key=order)
+
     def resolve(self, names: str | Sequence[str]) -> list[Backend]:
         """Turn ``"a,b"`` or ``["a", "b"]`` into backends, in priority order."""
 
@@ -212,8 +232,10 @@ class Registry:
             if self._find(name) is None:
                 broken = [f.name for f in self.failed if f.name == name]
                 hint = " (its plugin failed to load; see the warning)" if broken else ""
+                near = "" if broken else did_you_mean(name, self._backends)
                 raise BackendListError(
-                    f"unknown backend {name!r}{hint}. Known backends: {self._known()}."
+                    f"unknown backend {name!r}{hint}{f'; {near}' if near else '. '}Known "
+                    f"backends: {self._known()}."
                 )
             resolved.append(self._backends[name])
         return resolved

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import attrs
 
-from composer.contract.errors import BackendListError
+from composer.contract.errors import BackendListError, as_typed
 from composer.registry.discovery import Backend, Registry, default_registry
 from composer.registry.stack import Stack
 
@@ -78,7 +78,8 @@ def resolve_stack(
 
 
 def _cannot_lower(name: str, reason: str) -> BackendListError:
+    plan = as_typed("composer.plan()", "`composer plan` with these arguments")
     return BackendListError(
-        f"backend {name!r} cannot lower on this machine: {reason}. Run "
-        "composer.plan() here for the plan, and compose on a machine that has it."
+        f"backend {name!r} cannot lower on this machine: {reason}. Run {plan} here for the "
+        "plan, and compose on a machine that has it."
     )

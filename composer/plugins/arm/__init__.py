@@ -163,7 +163,7 @@ class EthosUPlugin(ArmPlugin):
         backend_id="EthosUBackend",
         device="npu",
         min_partition_size=1,
-        description="Arm Ethos-U NPU via TOSA and Vela (int8-quantized models); needs tosa-tools",
+        description="Arm Ethos-U NPUs of microcontrollers: int8, TOSA, Vela",
     )
     options = (
         Option("target", ETHOSU_TARGETS, default="ethos-u55-128",
@@ -202,7 +202,7 @@ class VgfPlugin(ArmPlugin):
         backend_id="VgfBackend",
         device="gpu",
         min_partition_size=1,
-        description="Arm VGF for Vulkan ML extensions via TOSA and Arm's model converter",
+        description="Arm VGF: Vulkan ML extensions, through TOSA",
     )
     options = (
         Option("tosa_spec", VGF_PROFILES, default="TOSA-1.0+FP",

@@ -72,7 +72,7 @@ def _spec() -> BackendSpec:
         backend_id="CoreMLBackend",
         device="npu",
         min_partition_size=1,
-        description="ExecuTorch's Core ML delegate (Apple ANE/GPU/CPU); lowers with coremltools",
+        description="Core ML: Apple's Neural Engine, GPU and CPU",
         # torch.testing's float16 tolerances are for one op; a model's error grows with depth.
         tolerance=Tolerance(atol=1e-2, rtol=1e-2,
                             reason="Core ML computes in float16 unless compute_precision=FLOAT32",

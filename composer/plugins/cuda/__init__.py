@@ -155,7 +155,7 @@ class CudaPlugin(AotiPlugin):
         backend_id="CudaBackend",
         device="cuda",
         min_partition_size=1,
-        description="ExecuTorch's CUDA backend (AOTInductor); needs a CUDA GPU to lower",
+        description="CUDA: NVIDIA GPUs, compiled by AOTInductor",
         # AotiPartitioner tags mutated buffers into its delegate (tag_mutated_buffer): an
         # LLM's KV caches stay on the device, not copied in and out every token.
         keeps_state=True,

@@ -16,7 +16,7 @@ class MetalPlugin(AotiPlugin):
         backend_id="MetalBackend",
         device="mps",
         min_partition_size=1,
-        description="ExecuTorch's Metal backend (AOTInductor on MPS); lowers on macOS",
+        description="Metal: Apple GPUs, compiled by AOTInductor",
         # AotiPartitioner tags mutated buffers into its delegate (tag_mutated_buffer): an
         # LLM's KV caches stay on the device, not copied in and out every token.
         keeps_state=True,

@@ -20,7 +20,7 @@ class MlxPlugin(NativePartitionerPlugin):
         backend_id="MLXBackend",
         device="mps",
         min_partition_size=1,
-        description="ExecuTorch's MLX delegate (Apple silicon); needs an ExecuTorch from source",
+        description="MLX: Apple silicon, through Apple's MLX",
     )
     module = "executorch.backends.mlx.partitioner"
     missing = (

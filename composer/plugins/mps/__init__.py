@@ -20,7 +20,7 @@ class MpsPlugin(NativePartitionerPlugin):
         backend_id="MPSBackend",
         device="mps",
         min_partition_size=1,
-        description="ExecuTorch's MPS delegate (Apple GPUs); not in the pip wheel",
+        description="MPS: Apple GPUs, as Metal Performance Shaders graphs",
     )
     module = "executorch.backends.apple.mps.partition"
     missing = (

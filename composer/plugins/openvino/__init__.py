@@ -74,7 +74,7 @@ def _spec() -> BackendSpec:
         backend_id="OpenvinoBackend",
         device="cpu",
         min_partition_size=1,
-        description="ExecuTorch's OpenVINO delegate (CPU by default); runs in the pip runtime",
+        description="OpenVINO: Intel CPUs (the default), GPUs and NPUs",
         tolerance=_tolerance(),
         library=f"openvino {version}" if version else "",
     )

@@ -143,8 +143,7 @@ def compile_specs(options: Mapping[str, str]) -> list:
 class QnnPlugin(BackendPlugin):
     spec = BackendSpec(
         "qnn", "QnnBackend", device="npu",
-        description="ExecuTorch's Qualcomm QNN delegate (Snapdragon HTP/GPU); lowers with the "
-        "QNN SDK",
+        description="Qualcomm AI Engine Direct (QNN): Snapdragon NPU and GPU",
         tolerance=Tolerance(atol=1e-2, rtol=1e-2, precision="float16",
                             reason="QNN's HTP computes float models in float16"),
     )  # fmt: skip

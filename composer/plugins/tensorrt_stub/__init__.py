@@ -18,7 +18,7 @@ class TensorRTStubPlugin(BackendPlugin):
         backend_id="TensorRTStubBackend",
         device="cuda",
         min_partition_size=2,
-        description="stand-in for a TensorRT delegate: conv, matmul, pooling, activations, norms",
+        description="a stand-in for TensorRT's ops, whose delegates run nowhere",
     )
 
     def composer_operator_support(self, backend, program):

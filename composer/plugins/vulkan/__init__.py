@@ -173,7 +173,7 @@ def _decompiled(flatbuffer: bytes) -> dict:
 class VulkanPlugin(BackendPlugin):
     spec = BackendSpec(
         "vulkan", "VulkanBackend", device="gpu",
-        description="ExecuTorch's Vulkan delegate (Android and other Vulkan GPUs); lowers anywhere",
+        description="Vulkan: the GPUs of Android phones and others",
     )  # fmt: skip
     options = OPTIONS
 

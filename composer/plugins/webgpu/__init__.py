@@ -46,8 +46,7 @@ def webgpu_ops() -> set:
 class WebGpuPlugin(BackendPlugin):
     spec = BackendSpec(
         "webgpu", "VulkanBackend", device="gpu",
-        description="ExecuTorch's WebGPU delegate (Vulkan's serialization, WebGPU's ops); "
-        "lowers anywhere",
+        description="WebGPU: browsers, and native Dawn on Metal or Vulkan",
     )  # fmt: skip
     options = (
         Option("require_dynamic_shapes", ON_OFF, default="OFF",

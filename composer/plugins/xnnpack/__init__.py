@@ -13,7 +13,7 @@ from composer.contract.hookspecs import BackendPlugin
 class XnnpackPlugin(BackendPlugin):
     spec = BackendSpec(
         "xnnpack", "XnnpackBackend",
-        description="ExecuTorch's XNNPACK delegate (CPU); runs in the pip runtime",
+        description="XNNPACK: optimized CPU kernels for Arm and x86",
     )  # fmt: skip
 
     def composer_partitioner(self, backend, program):
