@@ -88,15 +88,36 @@ def test_the_proof_ran_the_plugins_runtime_code():
     assert Counting.calls >= 1, composition.plan.proof
 
 
-def test_a_runtime_that_computes_an_op_wrong_is_caught_and_its_partition_moved(monkeypatch):
+def test_a_runtime_that_computes_an_op_wrong_is_caught_and_only_that_op_moved(monkeypatch):
     monkeypatch.setenv("TINY_RUNTIME_BUG", "aten.tanh.default")
     composition, _, _ = _compose(TinyPlugin())
     plan = composition.plan
     (repair,) = plan.repairs
     assert repair.backend == "tiny" and "does not match its subgraph" in repair.why
+    # Narrowed to the op its runtime computes wrong, named with the line that wrote it; the
+    # rest of the partition stays on tiny.
+    assert repair.nodes == ("aten_tanh_default",), repair
+    assert "wrong there: aten.tanh.default at test_runtime_contract.py:" in repair.why
+    assert "torch.tanh(self.fc(x))" in repair.why
+    assert dict(plan.ops_on("tiny")) == {
+        "aten.mul.Tensor": 1, "aten.add.Tensor": 1, "aten.relu.default": 1,
+    }, plan.ops_on("tiny")  # fmt: skip
+    assert plan.node_backends["aten_tanh_default"] == "xnnpack"
+    assert plan.proof.startswith("ran and matched eager"), plan.proof
+    assert "aten.tanh.default at test_runtime_contract.py:" in plan.proof
+    assert "moved off tiny, its other ops kept" in plan.proof
+    assert composition.verify().ok
+
+
+def test_a_runtime_wrong_at_every_op_has_its_whole_partition_moved(monkeypatch):
+    monkeypatch.setenv("TINY_RUNTIME_BUG", "*")
+    composition, _, _ = _compose(TinyPlugin())
+    plan = composition.plan
+    (repair,) = plan.repairs
+    assert repair.backend == "tiny" and len(repair.nodes) == 4, repair
+    assert "wrong there" not in repair.why
     assert not plan.ops_on("tiny")
     assert plan.proof.startswith("ran and matched eager"), plan.proof
-    assert composition.verify().ok
 
 
 def test_strict_placement_refuses_what_the_runtime_computes_wrong(monkeypatch):

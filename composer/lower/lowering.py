@@ -174,7 +174,7 @@ def lower_edge(
     from composer.lower.partition_cache import reusing
     from composer.lower.priority import lower_in_order
 
-    lowering = {b.spec.backend_id: b for b in resolved.backends if b.name not in resolved.stand_ins}
+    lowering = resolved.lowering_backends()
     store = None if folder is None else Store(folder, "partition")
     # A compiler's report (Vela prints its network summary) is a log: on stdout it would run
     # into what composer writes there, `composer lower`'s table or `plan --json`.

@@ -29,8 +29,11 @@ from composer.run.proof import Culprit, ProgramFailed, prove
 from composer.scheduler.assign import node_pin, user_pinned
 from composer.scheduler.origins import origin_backends
 from composer.scheduler.plan_records import Repair
-from composer.scheduler.plans import PORTABLE
+from composer.scheduler.plans import PORTABLE, Plan
 
+# Takes a culprit the proof found, the plan of the program that failed and a deadline
+# (time.perf_counter()), and gives the culprit with only the nodes that must move.
+Narrow = Callable[[Culprit, Plan, float], Culprit]
 # Rounds of repairs, each moving every partition found failing (all those a compiler raised
 # on, or the one delegate the proof names); a stack of k backends moves a node at most k times.
 MAX_REPAIRS = 16
@@ -48,6 +51,7 @@ def composed_and_proven(
     *,
     check: bool,
     progress: Callable[[str], None] | None = None,
+    narrow: Narrow | None = None,
 ) -> Composition:
     """``build(stack)``, proven where a runtime here runs it, repaired until it runs and is right:
     each partition that failed is pinned off its backend and ``build`` called again, for at most
@@ -55,7 +59,8 @@ def composed_and_proven(
     ``SHORTEST_COMPOSE`` seconds). The plan says what was moved
     and why (``plan.repairs``) and how the proof went (``plan.proof``). A program that is not
     right is never returned: where repairs run out, the error says what is wrong and what was
-    tried."""
+    tried. ``narrow`` (:mod:`composer.pipeline.narrowing`) takes a delegate the proof found wrong
+    down to its wrong operators before it is moved, within the same time."""
     say = progress or (lambda line: None)
     strict = stack.placement == "strict"
     failed: list[Culprit] = []
@@ -96,6 +101,13 @@ def composed_and_proven(
             spent, last_round, first_compose, stack.repair_time
         ):
             raise _past_repair_time(stack, culprits, failed, spent, first_compose, last_round)
+        if narrow is not None and attempt.plan is not None:
+            # half of what repairs have left once the next round is set aside: narrowing
+            # must not cost the round that proves what it kept
+            left = max(first_compose or 0, SHORTEST_COMPOSE) * (1 + stack.repair_time) - spent
+            deadline = time.perf_counter() + (left - last_round) / 2
+            culprits = [narrow(c, attempt.plan, deadline) for c in culprits]
+        culprits = [attrs.evolve(c, evidence=None) for c in culprits]  # their operands, freed
         failed.extend(culprits)
         _say_moving(say, _round + 1, culprits)
         current = pinned_off(current, [(c.backend, c.nodes) for c in culprits])
@@ -121,6 +133,7 @@ class _Failed:
     culprits: list[Culprit]
     declared: dict[str, dict[str, str]]
     lowering_error: PreprocessFailed | None
+    plan: Plan | None = None  # the plan of the program the proof failed
 
 
 def _attempt(
@@ -159,7 +172,7 @@ def _attempt(
         if not error.culprits or strict:
             _raise_with_tried(error, failed)
         culprits = list(error.culprits)
-        return _Failed(culprits, _changing(composition.plan, culprits), None)
+        return _Failed(culprits, _changing(composition.plan, culprits), None, composition.plan)
     if proof.ran and not proof.compared:
         # Written, as what the model computes; but the plan alone would not show that nothing
         # was held to anything.
@@ -363,6 +376,9 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
         )
         for c in failed
     )
+    narrowed = [f"{c.narrowed} moved off {c.backend}, its other ops kept" for c in failed
+                if c.narrowed]  # fmt: skip
+    proof = "; ".join([proof, *narrowed])
     composition.plan = _said_as_repairs(
         attrs.evolve(plan, proof=proof, repairs=repairs), [c for c in failed if not c.options]
     )

@@ -30,6 +30,7 @@ from composer.lower.export import (
 )
 from composer.lower.lowering import Lowered, lower_program, with_backend_facts
 from composer.lower.program_cache import ProgramCache
+from composer.pipeline.narrowing import Narrowing
 from composer.pipeline.proven import composed_and_proven, repaired_stack
 from composer.registry.asking import telling
 from composer.registry.resolved import ResolvedStack
@@ -122,9 +123,11 @@ def compose_resolved(exported: Exported, resolved: ResolvedStack, how: Composing
         return lowering.from_cache(stored)
     # a plugin slow to answer, in lowering or in the proof, is named where progress goes
     with composer_warnings() as said, telling(how.progress):
+        narrowing = Narrowing(resolved.lowering_backends(), how.folder)
         composition = composed_and_proven(
-            lowering.build, resolved.stack, check=how.check, progress=how.progress
-        )
+            lowering.build, resolved.stack, check=how.check, progress=how.progress,
+            narrow=narrowing.narrowed,
+        )  # fmt: skip
     # Only what can be lowered again to the same bytes: a composition from the cache lowers
     # again for its edge program and reference, which must match its bytes. A program that
     # was not checked is not stored: the cache holds proven programs only.

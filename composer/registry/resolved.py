@@ -27,6 +27,10 @@ class ResolvedStack:
         """The same backends lowered with ``stack`` (a repair's: its pins added)."""
         return attrs.evolve(self, stack=stack)
 
+    def lowering_backends(self) -> dict[str, Backend]:
+        """The backends that really lower (no stand-in), by ExecuTorch backend id."""
+        return {b.spec.backend_id: b for b in self.backends if b.name not in self.stand_ins}
+
     def planned(self) -> ResolvedStack:
         """Every backend a stand-in: what a plan lowers, on any machine."""
         return attrs.evolve(self, stand_ins=frozenset(b.name for b in self.backends))

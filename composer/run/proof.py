@@ -68,6 +68,17 @@ class Provable(Protocol):
     def reference(self) -> torch.nn.Module: ...
 
 
+@attrs.frozen(eq=False)
+class Evidence:
+    """What the proof ran a failed delegate on: the delegate and the operands the Python
+    reference gave it, and the program's named data. Narrowing lowers parts of its subgraph
+    again and judges them on these (:mod:`composer.pipeline.narrowing`)."""
+
+    lowered: Any  # ExecuTorch's LoweredBackendModule
+    operands: tuple
+    data: Mapping[str, bytes]
+
+
 @attrs.frozen
 class Culprit:
     """The partition whose delegate failed, and how."""
@@ -84,6 +95,11 @@ class Culprit:
     adds_up: bool = False
     # the backend's safer options tried instead of moving the nodes (a repair of its own)
     options: Mapping[str, str] = attrs.field(factory=dict)
+    # what the delegate was run on, where the proof ran it alone and it failed
+    evidence: Evidence | None = attrs.field(default=None, eq=False, repr=False)
+    # the operators narrowing found wrong, and where the user wrote them (its nodes are then
+    # only theirs): "aten.tanh.default at model.py:37 `torch.tanh(x)`"
+    narrowed: str = ""
 
     def describe(self) -> str:
         return f"{self.partition} {self.why}"
@@ -304,7 +320,8 @@ def localize_all(
         except Exception:  # noqa: BLE001 - outside every delegate: no culprit to name
             return []
     if finder.failed:
-        found = [culprit(name, why) for name, why in finder.failed]
+        found = [_with_evidence(culprit(name, why), finder.evidence.get(name))
+                 for name, why in finder.failed]  # fmt: skip
         return lacking_the_same_op(reference, plan, [c for c in found if c is not None])
     if finder.unchecked and (not mismatch or finder.worst is None):
         # Only delegates that cannot be checked alone are left: the first of them is the
@@ -323,6 +340,31 @@ def localize_all(
         )
         return [] if found is None else [attrs.evolve(found, adds_up=True)]
     return []
+
+
+def _with_evidence(culprit: Culprit | None, evidence: Evidence | None) -> Culprit | None:
+    if culprit is None or evidence is None:
+        return culprit
+    return attrs.evolve(culprit, evidence=evidence)
+
+
+def delegates_failing(
+    module: torch.fx.GraphModule, plan: Plan, operands: Sequence[Any], data: Mapping[str, bytes]
+) -> list[tuple[str, str]]:
+    """Each delegate of ``module`` (a failed delegate's subgraph, parts of it lowered again)
+    that fails to load, to run or to match its own subgraph on ``operands``, judged as the
+    proof judges: (its name, why). ``data``: the named data its delegates read."""
+    checker = _DelegateChecker(module, plan, data)
+    with torch.no_grad():
+        try:
+            checker.run(*operands)
+        except _Stopped:
+            pass
+        except MachineError:
+            raise
+        except Exception:  # noqa: BLE001, S110 - the part in Python refuses: judged up to there
+            pass
+    return checker.failed
 
 
 def _culprit(reference: Any, plan: Plan, lowered_name: str, why: str) -> Culprit | None:
@@ -481,6 +523,7 @@ class _DelegateChecker(torch.fx.Interpreter):
         self.worst: tuple[float, str] | None = None
         self.failed: list[tuple[str, str]] = []  # (delegate, why)
         self.unchecked: list[tuple[str, str]] = []  # (delegate, why it has no program alone)
+        self.evidence: dict[str, Evidence] = {}  # what each failed delegate was run on
 
     def _precision(self, lowered) -> str | None:
         """The lower precision ``lowered``'s backend computes in by design, if it declares one."""
@@ -509,6 +552,14 @@ class _DelegateChecker(torch.fx.Interpreter):
             self.failed.append((name, f"cannot run at this size: {first_line(error)[:200]}"))
             raise _Stopped from error
         outputs = 1 if isinstance(expected, torch.Tensor) else len(expected)
+        failed_before = len(self.failed)
+        try:
+            return self._checked(name, lowered, operands, expected, outputs)
+        finally:
+            if len(self.failed) > failed_before:
+                self.evidence[name] = Evidence(lowered, tuple(operands), self.data)
+
+    def _checked(self, name: str, lowered, operands: tuple, expected: Any, outputs: int) -> Any:
         delegate = self._loaded_alone(name, lowered, isinstance(expected, torch.Tensor), outputs)
         if delegate is None:
             return expected
