@@ -38,6 +38,11 @@ def _backends(args: argparse.Namespace) -> int:
     from composer.run.backends_here import backends_here
 
     registry = default_registry()
+    if args.ray_resources:
+        from composer.fleet.runtime_labels import ray_resources_line
+
+        print(ray_resources_line(registry))
+        return 0
     for name in args.names:
         if name not in registry.backends:
             registry.resolve([name])  # says which are known, and the nearest
@@ -863,6 +868,11 @@ def _add_backends_command(commands) -> None:
         "--json", action="store_true",
         help="print a JSON list, an object a backend: what it is, whether and where it lowers, "
         "runs and proves here (and why not), its options",
+    )  # fmt: skip
+    backends.add_argument(
+        "--ray-resources", action="store_true",
+        help="print this machine's Ray resources for `ray start --resources`: runtime:NAME for "
+        "each backend it proves, so that sweeps send it the jobs that need them",
     )  # fmt: skip
     backends.set_defaults(run=_backends)
 

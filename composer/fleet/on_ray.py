@@ -4,7 +4,9 @@ Ray is an optional extra (``executorch-composer[ray]``). A task whose node dies 
 elsewhere (``max_retries``); the driver writes each job's record once, as it comes. A job that
 needs a GPU asks Ray for one (``num_gpus``), and a sweep timed on a named device asks every job
 for the custom resource the node that has it declares (``ray start --resources
-'{"device:h100": 1}'``), so CPU nodes compose while device nodes time.
+'{"device:h100": 1}'``), so CPU nodes compose while device nodes time. Where nodes declare what
+they run (``runtime:NAME``, :mod:`composer.fleet.runtime_labels`), a job goes only to a node
+that proves every backend of its stack.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from composer.contract.environment import shortened
 from composer.contract.errors import ComposerError
 from composer.fleet.jobs import Job, run_job
+from composer.fleet.runtime_labels import labels_asked
 
 RETRIES = 3  # runs of a task whose worker or node died, beyond the first
 
@@ -44,11 +47,14 @@ def run_on_ray(
     handing each record to ``done`` as it comes."""
     ray = connect(address)
     task = ray.remote(max_retries=RETRIES)(run_job)
+    # every job's asks before any runs: a backend no node proves is refused with nothing sent
+    declared = set(ray.cluster_resources())
+    asks = [with_labels(resources(job), job, declared) for job in jobs]
     pending = {
-        task.options(**resources(job)).remote(
+        task.options(**asked).remote(
             {"model": job.model, "stack": job.stack}, bench, placement
         ): job
-        for job in jobs
+        for job, asked in zip(jobs, asks, strict=True)
     }
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
@@ -61,6 +67,15 @@ def run_on_ray(
                           "worker_died": True,  # --resume runs it again
                           "error": f"the Ray task failed: {type(error).__name__}: {error}"[:2000]}  # fmt: skip
             done(record)
+
+
+def with_labels(asks: Mapping[str, Any], job: Job, declared: set[str]) -> dict[str, Any]:
+    """``asks`` with the ``runtime:NAME`` labels of the job's backends, where the cluster's
+    nodes declare such labels (:mod:`composer.fleet.runtime_labels`)."""
+    labels = labels_asked(job.stack.split(","), declared)
+    if not labels:
+        return dict(asks)
+    return {**asks, "resources": {**asks.get("resources", {}), **labels}}
 
 
 def connect(address: str) -> Any:
