@@ -26,7 +26,7 @@ BLOCKS = list(PAGE_OF)
 PLUGIN, OPTIONS, PLUGIN_TEST = (
     next(b for b in BLOCKS if b.startswith("# composer_mybackend/plugin.py")),
     next(b for b in BLOCKS if "options = (composer.Option" in b),
-    next(b for b in BLOCKS if b.startswith("# tests/test_contract.py of composer-mybackend")),
+    next(b for b in BLOCKS if b.startswith("# test_contract.py, in composer-mybackend's tests")),
 )
 USERS_OWN = [b for b in BLOCKS if "my_models" in b or "measured_plan" in b]
 RUNNABLE = [b for b in BLOCKS if b not in (PLUGIN, OPTIONS, PLUGIN_TEST, *USERS_OWN)]
