@@ -188,6 +188,7 @@ def _lower(args: argparse.Namespace) -> int:
     # every path is checked first.
     check_outputs(output_kinds(output, outputs), _input_files(args), force=args.force,
                   remedy=FORCE_FLAG)  # fmt: skip
+    samples = _proof_inputs(args)
     _use_runtime(args)
     stack = _stack(args)
     model, inputs = load_model(args.model, args.dynamic)
@@ -210,7 +211,7 @@ def _lower(args: argparse.Namespace) -> int:
         )  # fmt: skip
     composition = composer.compose(
         model, stack, inputs, progress=progress, jobs=args.jobs, cache=not args.no_cache,
-        check=not args.no_check,
+        check=not args.no_check, proof_inputs=samples,
     )  # fmt: skip
     extra = {}
     if report is not None:
@@ -251,7 +252,58 @@ def _input_files(args: argparse.Namespace) -> list[Path]:
 
     models = [args.model, *(text.partition("=")[2] for text in args.methods)]
     config = Path(args.config) if args.config else find_config(Path())
-    return [*source_files(models), *([config] if config and config.is_file() else [])]
+    samples = [Path(args.proof_inputs)] if args.proof_inputs else []
+    return [*source_files(models), *([config] if config and config.is_file() else []), *samples]
+
+
+def _proof_inputs(args: argparse.Namespace) -> list[tuple] | None:
+    """``--proof-inputs FILE``: the samples torch.save wrote there, a list of input tuples, or
+    one line saying why not (before the model is loaded)."""
+    if not args.proof_inputs:
+        return None
+    import torch
+    import torch.utils._pytree as pytree
+
+    from composer.contract.errors import first_line
+
+    path = Path(args.proof_inputs)
+    if args.methods:
+        raise ComposerError(
+            "--proof-inputs goes with one method: lower each --method alone to prove it on "
+            "your samples."
+        )
+    if not path.is_file():
+        raise ComposerError(f"--proof-inputs: no such file: {path}")
+    try:
+        value = torch.load(path, weights_only=True)
+    except Exception as error:  # any file torch cannot load is the same mistake
+        raise ComposerError(
+            f"--proof-inputs {path} is not a file torch.save wrote ({first_line(error)[:120]}); "
+            f"{_SAVE_SAMPLES}"
+        ) from error
+    if not isinstance(value, list | tuple) or not value:
+        held = "an empty list" if isinstance(value, list | tuple) else type(value).__name__
+        raise ComposerError(f"--proof-inputs {path} holds {held}; {_SAVE_SAMPLES}")
+    for index, sample in enumerate(value, 1):
+        if not isinstance(sample, list | tuple):
+            raise ComposerError(
+                f"--proof-inputs {path}: proof input {index} is a {type(sample).__name__}, not a "
+                f"tuple of the model's inputs; {_SAVE_SAMPLES}"
+            )
+        others = {type(leaf).__name__ for leaf in pytree.tree_leaves(sample)
+                  if not isinstance(leaf, torch.Tensor)}  # fmt: skip
+        if others:
+            raise ComposerError(
+                f"--proof-inputs {path}: proof input {index} holds {', '.join(sorted(others))}, "
+                f"not only tensors; {_SAVE_SAMPLES}"
+            )
+    return [tuple(sample) for sample in value]
+
+
+_SAVE_SAMPLES = (
+    "it must hold a list of input tuples, each as the model is called: "
+    "torch.save([(x1,), (x2,)], FILE)"
+)
 
 
 def _write(composition, output: Path, extra: dict, table: str, force: bool) -> None:
@@ -897,6 +949,12 @@ def _add_lower_command(commands) -> None:
         "that kind (by default such a file is refused: it may be a source, a config, notes)",
     )  # fmt: skip
     lower.add_argument("--verify", action="store_true", help="run it and compare with eager")
+    lower.add_argument(
+        "--proof-inputs", type=_path, metavar="FILE",
+        help="a few of your own inputs to prove the program on too, beside the example and "
+        "its sizes: a list of input tuples saved with torch.save, e.g. "
+        "torch.save([(x1,), (x2,)], FILE); the proof line names them",
+    )  # fmt: skip
     lower.add_argument(
         "--no-check", action="store_true",
         help="write the program without running it first (by default it is run once on the "

@@ -13,11 +13,13 @@ import ast
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import torch
 
 import composer
 from composer.contract.errors import PluginError
+from composer.pipeline import narrowing
 
 sys.path.insert(0, str(Path(__file__).parent / "runtime_plugin"))
 from composer_tiny_backend import TinyPlugin, TinyRuntime
@@ -107,6 +109,29 @@ def test_a_runtime_that_computes_an_op_wrong_is_caught_and_only_that_op_moved(mo
     assert "aten.tanh.default at test_runtime_contract.py:" in plan.proof
     assert "moved off tiny, its other ops kept" in plan.proof
     assert composition.verify().ok
+
+
+def test_where_what_narrowing_kept_fails_in_the_program_the_whole_partition_moves(monkeypatch):
+    # Narrowing judges subsets of a partition as delegates of their own; the program composed
+    # after it may cut the backend's partitions otherwise (tied_lm's Vulkan embedding and
+    # linears crashed the runner together, where each trial passed). Here a narrowing that
+    # keeps the wrong op stands for that: the next round fails, and the whole partition moves.
+    monkeypatch.setenv("TINY_RUNTIME_BUG", "aten.tanh.default")
+
+    def kept_the_wrong_op(self, culprit, plan, deadline):
+        relu = tuple(n for n in culprit.nodes if plan.node_ops[n] == "aten.relu.default")
+        return attrs.evolve(culprit, nodes=relu, whole=culprit.nodes,
+                            narrowed="aten.relu.default", narrowed_how="a wrong guess")  # fmt: skip
+
+    monkeypatch.setattr(narrowing.Narrowing, "narrowed", kept_the_wrong_op)
+    composition, _, _ = _compose(TinyPlugin())
+    plan = composition.plan
+    assert not plan.ops_on("tiny"), plan.ops_on("tiny")
+    assert plan.proof.startswith("ran and matched eager"), plan.proof
+    assert "its other ops kept" not in plan.proof
+    first, *_ = plan.repairs
+    assert len(first.nodes) == 4, first
+    assert "but what it kept failed in the program: the whole partition moved" in first.why
 
 
 def test_a_runtime_wrong_at_every_op_has_its_whole_partition_moved(monkeypatch):

@@ -16,7 +16,7 @@ from composer.lower.export import Model
 from composer.lower.shared_edge import sharing_edge_programs
 from composer.measure import placement as measured
 from composer.measure.placement_cache import cache_key
-from composer.pipeline.arguments import check_arguments
+from composer.pipeline.arguments import check_arguments, check_samples_fit, proof_inputs_of
 from composer.pipeline.methods import MethodsComposition, compose_methods
 from composer.pipeline.stages import Composing, Exported, compose_resolved, plan_resolved
 from composer.registry.asking import telling
@@ -106,6 +106,7 @@ def compose(
     dynamic_shapes: Any = None,
     constant_methods: Mapping[str, Any] | None = None,
     runtime: str | remote.RemoteRuntime | None = None,
+    proof_inputs: Sequence[Sequence[Any]] | None = None,
     **settings: Any,
 ) -> Composition | MethodsComposition:
     """Lower ``model`` with a stack of backends, in priority order, into one ExecuTorch program.
@@ -135,6 +136,16 @@ def compose(
     exports a module with dynamic dims; the proof then runs the program at the example and at
     each dim's smallest, a middle and its largest size.
 
+    ``proof_inputs``: a few of your own inputs, a list of tuples each like ``example_inputs``
+    (real images, real token ids: random example inputs can miss an error that real ones
+    show). The proof runs the program at each of them too, beside the sizes above, and
+    ``plan.proof`` names them ("at the example and proof inputs 1, 2"); one where the program
+    is wrong is repaired like any size. Each must fit the exported program (as many inputs, the
+    same dtypes, sizes within a dynamic dim's range), or a ComposerError names it before
+    anything is lowered. They need ``check`` on and one method; with them the whole program is
+    neither read from nor written to the cache (it was proven on other inputs), though its
+    lowered partitions are.
+
     ``model`` may be a dict of methods, name -> ExportedProgram or (module, example_inputs),
     with ``constant_methods`` (values the runtime returns by name, as LLM runners read them):
     one program of several methods, each composed with the stack and proven in it
@@ -147,6 +158,7 @@ def compose(
     """
     check_arguments(example_inputs, progress, cache, registry, check, jobs, constant_methods)
     several = isinstance(model, Mapping)
+    samples = proof_inputs_of(proof_inputs, several=several, check=check)
     if not several:
         _without_constant_methods(constant_methods)
         model, stack, dynamic_shapes = _recipe_applied(model, stack, example_inputs, dynamic_shapes)
@@ -159,7 +171,7 @@ def compose(
         return compose_model(
             stack, resolved, model, example_inputs, progress=progress, cache=cache, jobs=jobs,
             check=check, dynamic_shapes=dynamic_shapes, constant_methods=constant_methods,
-            own_plugins=registry is None,
+            own_plugins=registry is None, proof_inputs=samples,
         )  # fmt: skip
 
 
@@ -176,16 +188,20 @@ def compose_model(
     dynamic_shapes: Any = None,
     constant_methods: Mapping[str, Any] | None = None,
     own_plugins: bool = True,
+    proof_inputs: Sequence[Sequence[Any]] | None = None,
 ) -> Composition | MethodsComposition:
     """``compose`` of a model with ``stack`` resolved already (as ``resolved``; every backend
     lowers here unless placement is measured), for a caller that resolved it to decide
     something first (the testing helpers): one resolve a call. ``own_plugins``: the installed
-    plugins resolved it, so the whole program may be cached."""
+    plugins resolved it, so the whole program may be cached (never with ``proof_inputs``: a
+    program cached whole was proven on other inputs)."""
     _use_threads(stack)  # a no-op after compose's own: its caller may not have
     several = isinstance(model, Mapping)
+    samples = proof_inputs_of(proof_inputs, several=several, check=check)
     cache = cache and cache_enabled()
+    whole = cache and own_plugins and remote.active() is None and not samples
     how = Composing(progress, cache_dir() if cache else None, 1 if several else _jobs(jobs),
-                    check, whole_cache=cache and own_plugins and remote.active() is None)  # fmt: skip
+                    check, whole_cache=whole, proof_inputs=samples)  # fmt: skip
     compose_one = _stages(stack, resolved, how)
     # The proof finds each backend's runtime in the plugins that lowered it.
     with registry_in_use(resolved.registry):
@@ -193,7 +209,10 @@ def compose_model(
             return compose_methods(
                 model, resolved, compose_one, how, constant_methods=constant_methods
             )
-        return compose_one(Exported.of(model, example_inputs, dynamic_shapes))
+        exported = Exported.of(model, example_inputs, dynamic_shapes)
+        if samples:  # before any lowering: the exported program says what it takes
+            check_samples_fit(samples, exported.inputs(), exported.program())
+        return compose_one(exported)
 
 
 def _without_constant_methods(constant_methods) -> None:
@@ -234,7 +253,8 @@ def _measured(exported: Exported, stack: Stack, resolved: ResolvedStack, how: Co
     # they deploy to (hosted timing ranked them otherwise on the H100).
     runner = cpp_runtime.runner_path()
     # Candidates reuse lowered partitions wherever caching is on; none is cached whole.
-    candidate_how = Composing(folder=cache_dir() if cache_enabled() else None, check=how.check)
+    candidate_how = Composing(folder=cache_dir() if cache_enabled() else None, check=how.check,
+                              proof_inputs=how.proof_inputs)  # fmt: skip
 
     def only(candidate) -> ResolvedStack:
         """The candidate's stack: its backends with their settings, the user's pins and its

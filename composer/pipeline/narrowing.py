@@ -67,9 +67,10 @@ class Narrowing:
         return attrs.evolve(
             culprit,
             nodes=nodes,
-            why=f"{culprit.why}; wrong there: {said} (found in {tries.count} trial lowerings; "
-            f"its other {len(culprit.nodes) - len(nodes)} node(s) stay on {culprit.backend})",
+            whole=culprit.nodes,
             narrowed=said,
+            narrowed_how=f"found in {tries.count} trial lowerings; its other "
+            f"{len(culprit.nodes) - len(nodes)} node(s) stay on {culprit.backend}",
         )
 
 

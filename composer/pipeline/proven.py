@@ -95,6 +95,22 @@ def composed_and_proven(
             raise _strict_error(attempt.lowering_error, culprits)
         if _round == MAX_REPAIRS or _all_moved_already(culprits, current):
             break
+        if narrow is not None and any(c.narrowed for c in failed):
+            # What narrowing kept on a backend did not hold in the program as composed (a
+            # partition of another shape than its trials': tied_lm's Vulkan embedding and
+            # linears crashed the runner together): the whole partitions move, as before
+            # narrowing, and nothing is narrowed again. This is the round the whole move had
+            # without narrowing, so it is not held to repair_time: narrowing never makes a
+            # compose fail that succeeds without it.
+            narrow = None
+            undone = [c for c in failed if c.narrowed]
+            failed = [_unnarrowed(c) if c.narrowed else c for c in failed]
+            culprits = [attrs.evolve(c, evidence=None) for c in culprits]
+            failed.extend(culprits)
+            _say_moving(say, _round + 1, [*map(_unnarrowed, undone), *culprits])
+            current = pinned_off(current, [(c.backend, c.whole) for c in undone]
+                                 + [(c.backend, c.nodes) for c in culprits])  # fmt: skip
+            continue
         spent = time.perf_counter() - started
         # later rounds reuse the partitions compiled already: the last round bounds the next
         if first_compose is not None and not round_fits(
@@ -114,6 +130,15 @@ def composed_and_proven(
     _raise_with_tried(ComposerError(
         f"{culprits[0].describe()}, and moving it again changed nothing"
     ), failed)  # fmt: skip
+
+
+def _unnarrowed(culprit: Culprit) -> Culprit:
+    """``culprit`` with its whole partition, where what narrowing kept did not hold."""
+    return attrs.evolve(
+        culprit, nodes=culprit.whole, narrowed="", narrowed_how="", whole=(),
+        why=f"{culprit.why}; narrowed to {culprit.narrowed}, but what it kept failed in the "
+        "program: the whole partition moved",
+    )  # fmt: skip
 
 
 def round_fits(spent: float, last_round: float, first_compose: float, repair_time: float) -> bool:
@@ -370,7 +395,7 @@ def _finished(composition: Composition, failed: list[Culprit], proof: str) -> Co
             c.backend,
             c.partition,
             c.nodes,
-            c.why,
+            c.said_why,
             Counter(went_to(c, n) for n in c.nodes),
             dict(c.options) or None,
         )

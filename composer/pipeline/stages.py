@@ -98,14 +98,16 @@ class Exported:
 @attrs.frozen
 class Composing:
     """How a resolved stack is composed: where progress goes, the cache of lowered partitions
-    (``folder``, None: none), processes per lowering, whether the program is proven, and
-    whether the whole program is cached."""
+    (``folder``, None: none), processes per lowering, whether the program is proven, whether
+    the whole program is cached, and the user's own samples the proof runs it at too
+    (``proof_inputs``, each a tuple like the example inputs)."""
 
     progress: Callable[[str], None] | None = None
     folder: Path | None = None
     workers: int = 1
     check: bool = True
     whole_cache: bool = False
+    proof_inputs: tuple[tuple, ...] = ()
 
 
 def compose_resolved(exported: Exported, resolved: ResolvedStack, how: Composing) -> Composition:
@@ -201,7 +203,8 @@ class _Lowering:
         )  # fmt: skip
         self.made.append(lowered)
         return Composition(lowered.buffer, lowered.data_files, lowered.plan, exported.eager(),
-                           exported.inputs(), lowered=lowered)  # fmt: skip
+                           exported.inputs(), proof_inputs=how.proof_inputs,
+                           lowered=lowered)  # fmt: skip
 
     def from_cache(self, stored: Mapping[str, Any]) -> Composition:
         """The composition the cache stored, lowered again only if asked for."""
@@ -215,8 +218,8 @@ class _Lowering:
             self.how,
         )  # fmt: skip
         return Composition(stored["buffer"], stored["data_files"], stored["plan"],
-                           exported.eager(), exported.inputs(),
-                           from_cache=True, lower=again)  # fmt: skip
+                           exported.eager(), exported.inputs(), from_cache=True,
+                           proof_inputs=self.how.proof_inputs, lower=again)  # fmt: skip
 
 
 @attrs.frozen(eq=False)

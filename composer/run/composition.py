@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 class Composition:
     """A composed ExecuTorch program: its bytes, its plan, and a way to check it.
 
-    From the cache (``from_cache``) it holds the bytes and the plan only; ``program``, ``edge``
-    and ``reference`` are lowered again (lowered partitions reused) when first asked for.
+    ``proof_inputs``: the user's own samples, which the proof runs it at beside the example
+    inputs (``compose(proof_inputs=...)``). From the cache (``from_cache``) it holds the bytes
+    and the plan only; ``program``, ``edge`` and ``reference`` are lowered again (lowered
+    partitions reused) when first asked for.
     """
 
     buffer: bytes
@@ -39,6 +41,8 @@ class Composition:
     eager: torch.nn.Module
     example_inputs: tuple
     from_cache: bool = False
+    # the user's own samples the proof runs it at too, each a tuple like example_inputs
+    proof_inputs: tuple[tuple, ...] = ()
     _lowered: Lowered | None = attrs.field(default=None, alias="lowered", repr=False)
     _lower: Callable[[], Lowered] | None = attrs.field(default=None, alias="lower", repr=False)
 

@@ -51,6 +51,26 @@ def sizes_to_prove(
     return chosen
 
 
+SAMPLE = "proof input"  # what the proof calls one of the user's own samples, with its number
+
+
+def sample_label(index: int) -> str:
+    """What the proof calls the user's ``index``-th sample (``proof_inputs``, from 0): "proof
+    input 1" is the first."""
+    return f"{SAMPLE} {index + 1}"
+
+
+def points_to_prove(
+    example: Sequence[Any], dims: Sequence[Mapping[str, Any]], samples: Sequence[Sequence[Any]] = ()
+) -> list[tuple[str, tuple]]:
+    """(label, inputs) for each point the proof runs a program at: :func:`sizes_to_prove`'s
+    sizes, then each of the user's ``samples`` (``proof_inputs``), as given."""
+    return [
+        *sizes_to_prove(example, dims),
+        *((sample_label(index), tuple(sample)) for index, sample in enumerate(samples)),
+    ]
+
+
 def _key(values: Mapping[str, int]) -> tuple:
     return tuple(sorted(values.items()))
 

@@ -34,7 +34,7 @@ from composer.run.accuracy import (
     truth,
     worst,
 )
-from composer.run.inputs import flat_inputs, sizes_to_prove
+from composer.run.inputs import SAMPLE, flat_inputs, points_to_prove
 from composer.run.named_data import LazyNamedData
 from composer.run.piecewise import (
     PluginDelegate,
@@ -56,7 +56,9 @@ HOW = "running the delegates one by one against their subgraphs"
 
 
 class Provable(Protocol):
-    """What the proof needs of a composed program (a :class:`composer.run.composition.Composition`)."""
+    """What the proof needs of a composed program (a :class:`composer.run.composition.Composition`).
+    One with ``proof_inputs`` (the user's own samples, each a tuple like ``example_inputs``) is
+    run at each of them too."""
 
     buffer: bytes
     data_files: Mapping[str, bytes]
@@ -98,11 +100,21 @@ class Culprit:
     # what the delegate was run on, where the proof ran it alone and it failed
     evidence: Evidence | None = attrs.field(default=None, eq=False, repr=False)
     # the operators narrowing found wrong, and where the user wrote them (its nodes are then
-    # only theirs): "aten.tanh.default at model.py:37 `torch.tanh(x)`"
+    # only theirs): "aten.tanh.default at model.py:37 `torch.tanh(x)`"; how it found them;
+    # and the partition's nodes before it narrowed them
     narrowed: str = ""
+    narrowed_how: str = ""
+    whole: tuple[str, ...] = ()
+
+    @property
+    def said_why(self) -> str:
+        """``why``, with what narrowing found."""
+        if not self.narrowed:
+            return self.why
+        return f"{self.why}; wrong there: {self.narrowed} ({self.narrowed_how})"
 
     def describe(self) -> str:
-        return f"{self.partition} {self.why}"
+        return f"{self.partition} {self.said_why}"
 
 
 class ProgramFailed(ComposerError):
@@ -134,6 +146,8 @@ class Proof:
     skipped: tuple[str, ...] = ()  # sizes eager itself refused, so nothing to compare with
     # sizes it ran at where every output was NaN or inf in fp64 too: nothing was compared
     uncompared: tuple[str, ...] = ()
+    # the user's own samples it ran at (proof_inputs): "proof input 1", ...
+    samples: tuple[str, ...] = ()
 
     @property
     def ran(self) -> bool:
@@ -142,12 +156,16 @@ class Proof:
     @property
     def compared(self) -> bool:
         """Whether it ran and compared something: at some size an output was a number."""
-        return self.ran and len(self.uncompared) < max(len(self.sizes), 1)
+        return self.ran and len(self.uncompared) < max(len(self.sizes), 1) + len(self.samples)
 
     def describe(self) -> str:
         if self.verification is None:
             return f"not run here: {self.reason}"
         at = f" at {len(self.sizes)} sizes: {'; '.join(self.sizes)}" if len(self.sizes) > 1 else ""
+        if self.samples:
+            numbers = ", ".join(s.removeprefix(f"{SAMPLE} ") for s in self.samples)
+            given = f"{SAMPLE}{'s' if len(self.samples) > 1 else ''} {numbers}"
+            at = f"{at}, and at {given}" if at else f" at the example and {given}"
         if self.skipped:
             at += f" (eager refused {'; '.join(self.skipped)})"
         if not self.compared:
@@ -191,13 +209,15 @@ def can_prove(program: bytes) -> tuple[bool, str]:
 
 
 def prove(composition: Provable) -> Proof:
-    """Run ``composition`` once on its example inputs and compare with eager. Raises
-    :class:`ProgramFailed` naming the partition whose delegate failed."""
+    """Run ``composition`` on its example inputs (at each size of a dynamic program) and on
+    its ``proof_inputs``, and compare with eager. Raises :class:`ProgramFailed` naming the
+    partition whose delegate failed."""
     started = time.perf_counter()
     provable, why = can_prove(composition.buffer)
     if not provable:
         return Proof(None, why, 0.0)
-    sizes = sizes_to_prove(composition.example_inputs, composition.plan.dynamic_dims)
+    samples = getattr(composition, "proof_inputs", ())
+    sizes = points_to_prove(composition.example_inputs, composition.plan.dynamic_dims, samples)
     ran: list[str] = []
     skipped: list[str] = []
     uncompared: list[str] = []
@@ -209,9 +229,15 @@ def prove(composition: Provable) -> Proof:
             )
         except MachineError:
             raise
-        except Exception:
+        except Exception as error:
             if label == "example":
                 raise
+            if label.startswith(SAMPLE):
+                # the user's own input: eager refusing it is theirs to see, not a size to skip
+                raise ComposerError(
+                    f"the model itself (eager) fails on {label} of proof_inputs: "
+                    f"{first_line(error)}; nothing was written: give samples the model takes"
+                ) from error
             skipped.append(label)
             continue
         at = "" if len(sizes) == 1 else f" at {label}"
@@ -252,9 +278,11 @@ def prove(composition: Provable) -> Proof:
         how = f" (found by {HOW})" if culprits or mismatch else ""
         raise ProgramFailed(f"the composed program {failure}{where}{how}", culprits, failure)
     seconds = time.perf_counter() - started
+    at_sizes = tuple(label for label in ran if not label.startswith(SAMPLE))
+    at_samples = tuple(label for label in ran if label.startswith(SAMPLE))
     return Proof(
-        verification, why, seconds, tuple(ran) if len(sizes) > 1 else (), tuple(skipped),
-        tuple(uncompared),
+        verification, why, seconds, at_sizes if len(sizes) - len(samples) > 1 else (),
+        tuple(skipped), tuple(uncompared), at_samples,
     )  # fmt: skip
 
 

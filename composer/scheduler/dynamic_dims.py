@@ -45,7 +45,7 @@ def dynamic_dims(program: ExportedProgram) -> tuple[dict[str, Any], ...]:
             "dim": dim,
             "size": str(expr.subs(names)),
             "ranges": {
-                str(names.get(s, s)): _bounds(ranges.get(str(s)))
+                str(names.get(s, s)): range_bounds(ranges.get(str(s)))
                 for s in sorted(expr.free_symbols, key=str)
             },
         }
@@ -99,7 +99,9 @@ def _expr(size: torch.SymInt):
     return int(expr) if expr.is_number else expr
 
 
-def _bounds(value_range) -> list[int | None]:
+def range_bounds(value_range) -> list[int | None]:
+    """[low, high] of a range torch.export gave a symbol (``range_constraints``); high is
+    None where it is unbounded."""
     if value_range is None:
         return [0, None]
     low, high = value_range.lower, value_range.upper
