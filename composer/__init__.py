@@ -128,7 +128,11 @@ def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'composer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    # Some import torchao, which logs the optional kernels it cannot load here.
+    from composer.contract.quiet import upstream_quieted
+
+    with upstream_quieted(lenient=True):
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

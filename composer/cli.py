@@ -12,6 +12,7 @@ from pathlib import Path
 from composer import terminal
 from composer.contract import environment
 from composer.contract.errors import ComposerError, did_you_mean, from_command_line
+from composer.contract.quiet import upstream_quieted
 
 USER_ERROR = 2
 MODEL_HELP = "zoo:NAME, a .pt2 file from torch.export.save, or package.module:function"
@@ -1129,7 +1130,7 @@ def _main(argv: list[str] | None) -> int:
     from_command_line()  # messages name what to type here (`composer plan`, not composer.plan())
     args = build_parser().parse_args(argv)
     try:
-        with terminal.upstream_quieted(args.debug):
+        with upstream_quieted(args.debug):
             # A variable set to nonsense stops every command at once, naming itself.
             environment.check_all()
             return args.run(args)

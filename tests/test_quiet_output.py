@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from composer import terminal
+from composer.contract import quiet
 
 # Inductor prints its benchmarking line from this file; a line compiled under its name is
 # what the terminal sees when Inductor prints it.
@@ -36,7 +36,7 @@ def _autotune_chatter() -> None:
 def test_inductors_autotuning_chatter_is_shown_only_with_debug(debug, capfd, caplog):
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")
-        with terminal.upstream_quieted(debug):
+        with quiet.upstream_quieted(debug):
             _autotune_chatter()
             warnings.warn_explicit("invalid escape sequence", SyntaxWarning, "torchao/x.py", 1)
     # Logged records reach every handler (the terminal's, pytest's) or none.
@@ -46,7 +46,7 @@ def test_inductors_autotuning_chatter_is_shown_only_with_debug(debug, capfd, cap
 
 
 def test_composers_own_lines_still_show(capfd, caplog):
-    with terminal.upstream_quieted(False):
+    with quiet.upstream_quieted(False):
         print("composer: wrote m.pte", file=sys.stderr)
         logging.getLogger("torch.fx.experimental.symbolic_shapes").error("a real error")
     assert "composer: wrote m.pte" in capfd.readouterr().err

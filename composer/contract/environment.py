@@ -20,6 +20,7 @@ CACHE_SIZE = "COMPOSER_CACHE_SIZE"
 SLOW_ANSWER_S = "COMPOSER_SLOW_ANSWER_S"
 NO_CACHE = "COMPOSER_NO_CACHE"
 NATIVE_LOG = "COMPOSER_NATIVE_LOG"
+DEBUG = "COMPOSER_DEBUG"
 CACHE_DIR = "COMPOSER_CACHE_DIR"
 ET_RUNNER = "COMPOSER_ET_RUNNER"
 
@@ -126,6 +127,7 @@ READERS: dict[str, Callable[[], object]] = {
     SLOW_ANSWER_S: lambda: seconds(SLOW_ANSWER_S, 1.0),
     NO_CACHE: lambda: switch(NO_CACHE),
     NATIVE_LOG: lambda: switch(NATIVE_LOG),
+    DEBUG: lambda: switch(DEBUG),
     CACHE_DIR: lambda: folder(CACHE_DIR),
     ET_RUNNER: lambda: executable(ET_RUNNER, RUNNER_HOW),
 }

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from composer.contract.errors import ComposerError, first_line
+from composer.contract.quiet import quiet_call
 from composer.fleet.jobs import Job, ResultsFile, jobs_of, run_job
 from composer.lower.atomic import (
     FORCE_FLAG,
@@ -56,6 +57,7 @@ class SweepSummary:
         )
 
 
+@quiet_call
 def sweep(
     models: Sequence[str],
     stacks: Sequence[str],

@@ -175,7 +175,7 @@ def _death(exitcode: int | None) -> str:
 def _upstream_quiet_here() -> bool:
     """Whether this process keeps upstream chatter quiet (``composer`` without ``--debug``):
     its workers then do too."""
-    from composer.terminal import UPSTREAM_LOGGERS
+    from composer.contract.quiet import UPSTREAM_LOGGERS
 
     return logging.getLogger(UPSTREAM_LOGGERS[0]).level >= logging.ERROR
 
@@ -204,7 +204,7 @@ def _exit(signum, frame) -> None:
 
 @contextlib.contextmanager
 def _quieted(quiet: bool) -> Iterator[None]:
-    from composer.terminal import upstream_quieted
+    from composer.contract.quiet import upstream_quieted
 
     with upstream_quieted(debug=not quiet):
         yield

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from composer.contract.errors import ModelError
+from composer.contract.quiet import quiet_call
 from composer.lower.cache import cache_dir, cache_enabled
 from composer.lower.export import Model
 from composer.lower.shared_edge import sharing_edge_programs
@@ -28,12 +29,14 @@ from composer.run.composition import Composition
 from composer.scheduler.plans import Plan
 
 
+@quiet_call
 def plan(
     model: Model,
     stack: Stack | str | Sequence[str],
     example_inputs: Sequence[Any] | None = None,
     *,
     progress: Callable[[str], None] | None = None,
+    debug: bool = False,
     cache: bool = True,
     registry: Registry | None = None,
     dynamic_shapes: Any = None,
@@ -93,12 +96,14 @@ def _use_threads(stack: Stack) -> None:
         cpu_threads.set_threads(stack.threads)
 
 
+@quiet_call
 def compose(
     model: Model,
     stack: Stack | str | Sequence[str],
     example_inputs: Sequence[Any] | None = None,
     *,
     progress: Callable[[str], None] | None = None,
+    debug: bool = False,
     cache: bool = True,
     jobs: int | None = None,
     registry: Registry | None = None,
@@ -155,6 +160,11 @@ def compose(
     ``$COMPOSER_RUNTIME_TOKEN``, or a :class:`~composer.run.remote.RemoteRuntime`): the proof
     runs the program on that machine, and only there; a composed program is then not read
     from nor written to the cache whole.
+
+    ``debug``: let upstream libraries' warnings and log lines through (torch's, torchao's,
+    ExecuTorch's, a backend's, Inductor's autotuning), which composer keeps off the terminal
+    while it works, as the command line does; ``$COMPOSER_DEBUG=1`` does so for every call.
+    composer's own warnings (:class:`~composer.contract.errors.ComposerWarning`) always show.
     """
     check_arguments(example_inputs, progress, cache, registry, check, jobs, constant_methods)
     several = isinstance(model, Mapping)

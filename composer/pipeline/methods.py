@@ -21,6 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 from composer.contract.errors import ComposerError, ModelError
+from composer.contract.quiet import quiet_call
 from composer.lower.atomic import check_owned, output_kinds, ptd_name, write_all
 from composer.lower.lowering import keeping_unwritten, lower_edge, written
 from composer.pipeline.proven import own_pins_unremarked, repaired_stack
@@ -72,8 +73,10 @@ class MethodsComposition:
     def plans(self) -> dict[str, Plan]:
         return {name: method.plan for name, method in self.methods.items()}
 
-    def verify(self, method: str, inputs=None) -> Verification:
-        """Run ``method`` of the written program and compare it with its eager model."""
+    @quiet_call
+    def verify(self, method: str, inputs=None, *, debug: bool = False) -> Verification:
+        """Run ``method`` of the written program and compare it with its eager model; ``debug``
+        as for :func:`~composer.pipeline.compose.compose`."""
         if method not in self.methods:
             raise ComposerError(
                 f"this program has no composed method {method!r}; it has {', '.join(self.methods)}."

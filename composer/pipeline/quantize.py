@@ -24,6 +24,7 @@ from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpe
 
 from composer.contract.errors import ComposerError
 from composer.contract.op_names import op_name
+from composer.contract.quiet import quiet_call
 from composer.lower.export import Model, example_inputs_of, export_model, fresh_program
 from composer.registry.discovery import Backend, Registry
 from composer.registry.resolved import ResolvedStack, resolve_stack
@@ -124,6 +125,7 @@ def _present(edge_or_node: Any, annotated: dict[torch.fx.Node, Any]) -> bool:
     return user in annotated and source in annotated[user].input_qspec_map
 
 
+@quiet_call
 def quantize(
     model: Model,
     stack: Stack | str | Sequence[str],

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from composer.contract.errors import ComposerError
+from composer.contract.quiet import quiet_call
 from composer.registry.discovery import Registry, default_registry
 from composer.registry.found import Backend
 
@@ -65,6 +66,7 @@ class BackendHere:
         }
 
 
+@quiet_call
 def available_backends(registry: Registry | None = None) -> list[str]:
     """The names of the installed backends that lower on this machine, in the registry's order
     (composer's own first, then each other distribution's), as ONNX Runtime's
@@ -79,6 +81,7 @@ def available_backends(registry: Registry | None = None) -> list[str]:
     ]
 
 
+@quiet_call
 def provable_backends(registry: Registry | None = None) -> list[str]:
     """The names of the installed backends that lower on this machine and whose delegates run
     here, so that composer proves the programs it writes with them before writing them, in the

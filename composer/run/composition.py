@@ -13,6 +13,7 @@ import attrs
 import torch
 
 from composer.contract.errors import ComposerError
+from composer.contract.quiet import quiet_call
 from composer.lower.atomic import check_owned, output_kinds, ptd_name, write_all
 from composer.run.runtime import program_backend_ids, runtime_can_run
 from composer.run.verification import Verification, verify
@@ -46,6 +47,7 @@ class Composition:
     _lowered: Lowered | None = attrs.field(default=None, alias="lowered", repr=False)
     _lower: Callable[[], Lowered] | None = attrs.field(default=None, alias="lower", repr=False)
 
+    @quiet_call  # lowering again, for a program from the cache
     def _lowering(self) -> Lowered:
         if self._lowered is None:
             assert self._lower is not None, "a Composition needs its lowering or a way to redo it"
@@ -104,6 +106,8 @@ class Composition:
         """The ExecuTorch backend ids of this program's delegates."""
         return program_backend_ids(self.buffer)
 
-    def verify(self, inputs: Sequence[Any] | None = None) -> Verification:
-        """Run the composed program and compare with eager (see :mod:`composer.run.verification`)."""
+    @quiet_call
+    def verify(self, inputs: Sequence[Any] | None = None, *, debug: bool = False) -> Verification:
+        """Run the composed program and compare with eager (see :mod:`composer.run.verification`);
+        ``debug`` as for :func:`~composer.pipeline.compose.compose`."""
         return verify(self, inputs)
