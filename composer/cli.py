@@ -415,7 +415,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ComposerError(f"no such file: {program}")
     buffer = program.read_bytes()
     check_program_file(buffer, str(program), args.method)
-    model, inputs = _model_and_inputs(args)
+    _check_saved_outputs(args)
+    model, inputs = _model_and_inputs(args, buffer)
     if args.threads is not None:
         from composer.run import cpu_threads
 
@@ -433,6 +434,7 @@ def _run(args: argparse.Namespace) -> int:
         print(
             f"output {index}: shape {list(output.shape)} {str(output.dtype).removeprefix('torch.')}"
         )
+    _save_outputs(args, outputs)
     eager = None if model is None else _eager_module(model)
     if args.bench and loaded is not None:
         _print_program_latency(buffer, loaded, eager, inputs, args.bench)
@@ -482,6 +484,7 @@ def _run_on_agent(args, agent, buffer: bytes, data_paths: list[Path], flat, mode
     for index, output in enumerate(outputs):
         print(f"output {index}: shape {list(output.shape)} "
               f"{str(output.dtype).removeprefix('torch.')}")  # fmt: skip
+    _save_outputs(args, outputs)
     if args.bench:
         executor, seconds = agent.time_program(buffer, data_files, flat, args.bench, args.method)
         us = sorted(s * 1e6 for s in seconds)
@@ -500,9 +503,42 @@ def _agent(args: argparse.Namespace) -> int:
     return serve(args.host, args.port, args.token_file, max_bytes)
 
 
-def _model_and_inputs(args: argparse.Namespace) -> tuple:
+def _check_saved_outputs(args: argparse.Namespace) -> None:
+    """Refuse ``--save-outputs`` before the run where it would write over a file that is not
+    outputs composer saved (unless ``--force``), or over what the run reads."""
+    if not args.save_outputs:
+        return
+    from composer.lower.atomic import FORCE_FLAG, check_outputs
+    from composer.models.source_files import source_files
+
+    reads = [Path(args.program)] + ([Path(args.inputs)] if args.inputs else [])
+    reads += source_files([args.compare]) if args.compare else []
+    check_outputs([(Path(args.save_outputs), "outputs")], reads, force=args.force,
+                  remedy=FORCE_FLAG)  # fmt: skip
+
+
+def _save_outputs(args: argparse.Namespace, outputs: list) -> None:
+    """``--save-outputs FILE``: the outputs as torch.save writes a list of tensors, marked as
+    composer's (a later run may replace them; nothing else is replaced without --force)."""
+    if not args.save_outputs:
+        return
+    import io
+
+    import torch
+
+    from composer.lower.atomic import marked_outputs, write_all
+
+    saved = io.BytesIO()
+    torch.save(list(outputs), saved)
+    write_all({Path(args.save_outputs): marked_outputs(saved.getvalue())})
+    print(f"outputs saved to {args.save_outputs}: a list of {len(outputs)} tensor(s), for "
+          "torch.load")  # fmt: skip
+
+
+def _model_and_inputs(args: argparse.Namespace, buffer: bytes) -> tuple:
     """``run``'s model to compare with (None without ``--compare``) and the inputs to run on:
-    ``--inputs`` if given, else the model's example inputs."""
+    ``--inputs`` if given, else the model's example inputs, else inputs made from the
+    program's signature (said on stderr)."""
     from composer.models.model_source import load_model
 
     model = inputs = None
@@ -515,8 +551,15 @@ def _model_and_inputs(args: argparse.Namespace) -> tuple:
         raise ComposerError(f"{args.compare} holds no example inputs: pass --inputs FILE (a "
                             "tuple of tensors saved with torch.save).")  # fmt: skip
     if inputs is None:
-        raise ComposerError("pass --inputs FILE (a tuple of tensors saved with torch.save) or "
-                            "--compare MODEL to use the model's example inputs.")  # fmt: skip
+        from composer.run.inputs import signature_inputs
+
+        made, signature = signature_inputs(buffer, args.method)
+        drawn = ["random normal (seed 0)"] if any(t.is_floating_point() for t in made) else []
+        drawn += ["zeros for integers and bools"] if any(
+            not t.is_floating_point() for t in made) else []  # fmt: skip
+        print(f"no --inputs: made inputs from the program's signature: {signature}"
+              + "".join(f"; {words}" for words in drawn), file=sys.stderr)  # fmt: skip
+        inputs = tuple(made)
     return model, inputs
 
 
@@ -569,13 +612,26 @@ def _compare_with_eager(compare: str, buffer: bytes, eager, inputs, outputs) -> 
                     truth_name=truth_name, eager_in=eager_in,
                     inputs_nonfinite=holds_nonfinite(inputs))  # fmt: skip
     # every output NaN in fp64 too is no match: nothing was held to anything
-    ok, worst = verdict.ok and not verdict.nothing_compared, verdict.max_abs_error
-    verdict_word = "OK" if ok else "NOT PROVEN" if verdict.ok else "MISMATCH"
-    print(
-        f"compare with {compare}: {verdict_word}, max |pte - eager| = {worst:.3g}; "
-        f"{verdict.describe()}"
-    )
+    ok = verdict.ok and not verdict.nothing_compared
+    if verdict.nothing_compared:
+        said = f"NOT PROVEN, {verdict.describe()}"
+    elif ok:
+        said = f"OK, matches eager: {verdict.describe()}{_close_to_eager(verdict)}"
+    else:
+        said = f"MISMATCH, does NOT match eager: {verdict.describe()}"
+    print(f"compare with {compare}: {said}")
     return 0 if ok else 1
+
+
+def _close_to_eager(verdict) -> str:
+    """Why a match past its allowed error matches: it is within the proof's tolerance of eager
+    itself (two fp32 programs summing in another order), which the rule accepts first."""
+    from composer.run.accuracy import TOL
+
+    worst = verdict.worst()
+    if worst is None or worst.program_error is None or worst.share <= 1:
+        return ""
+    return f" (within {TOL:g} of eager itself, which the rule accepts first)"
 
 
 def _print_runner_latency(
@@ -1000,10 +1056,16 @@ def _add_lower_command(commands) -> None:
 def _add_run_command(commands) -> None:
     run = commands.add_parser("run", help="run a .pte in the ExecuTorch runtime")
     run.add_argument("program", type=_path, help="the .pte")
-    run.add_argument("--inputs", type=_path, help="a tuple of tensors saved with torch.save")
+    run.add_argument("--inputs", type=_path, help="a tuple of tensors saved with torch.save "
+                     "(default: the --compare model's example inputs, else inputs made from the "
+                     "program's signature)")  # fmt: skip
     run.add_argument("--method", default="forward", help="the method to run (default: forward)")
     run.add_argument("--compare", type=_model, metavar="MODEL",
-                     help="check against this model in eager")  # fmt: skip
+                     help="judge the outputs against this model in fp64, by the proof's rule")  # fmt: skip
+    run.add_argument("--save-outputs", type=_path, metavar="FILE",
+                     help="write the outputs with torch.save (a list of tensors)")  # fmt: skip
+    run.add_argument("--force", action="store_true",
+                     help="let --save-outputs replace a file composer did not write")  # fmt: skip
     run.add_argument(
         "--bench", type=_count, nargs="?", const=200, metavar="N",
         help="fastest, median and p90 latency over N or more calls after warm-up (default 200), "

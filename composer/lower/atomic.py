@@ -140,6 +140,23 @@ def html_marker(kind: str) -> str:
 
 _HEAD_BYTES = 64 * 1024  # where a program's identifier and an HTML page's marker are
 
+# `composer run --save-outputs` writes torch.save's zip archive with this as the zip's comment
+# (its last bytes), which torch.load passes over: a user's own tensors are never replaced.
+_OUTPUTS_MARKER = b"composer run outputs"
+_END_OF_ZIP = b"PK\x05\x06"  # the end of central directory record: 22 bytes and a comment
+
+
+def marked_outputs(saved: bytes) -> bytes:
+    """``saved`` (torch.save's bytes) marked as composer's outputs, in the zip's comment;
+    as it is where it already has a comment."""
+    if saved[-22:-18] != _END_OF_ZIP or saved[-2:] != b"\0\0":
+        return saved
+    return saved[:-2] + len(_OUTPUTS_MARKER).to_bytes(2, "little") + _OUTPUTS_MARKER
+
+
+def _is_outputs(data: bytes) -> bool:
+    return data.startswith(b"PK\x03\x04") and data.endswith(_OUTPUTS_MARKER)
+
 
 def _is_program(data: bytes) -> bool:
     # An ExecuTorch program is a flatbuffer with the identifier "ET" and a version at 4:8.
@@ -221,6 +238,7 @@ OUTPUT_KINDS = {
     "suite report": ("a backend test suite's JSON report", _is_suite_report, True),
     "suite table": ("a backend test suite's table", _is_suite_table, False),
     "pytest ini": ("the suite's pytest.ini", _is_pytest_ini, False),
+    "outputs": ("a program's outputs", _is_outputs, True),
 }
 
 

@@ -134,3 +134,38 @@ def _like(tensor: torch.Tensor, shape: list[int], generator: torch.Generator) ->
         return torch.zeros(shape, dtype=tensor.dtype)
     picks = torch.randint(0, pool.numel(), shape, generator=generator)
     return pool[picks]
+
+
+def signature_inputs(buffer: bytes, method: str = "forward", seed: int = 0) -> tuple[list, str]:
+    """Inputs for ``method`` of the program ``buffer`` made from its signature, as the program
+    stores it (a dynamic input at its stored, largest, sizes), and the signature in words
+    (``float32[1, 3, 224, 224], int64[1, 64] (largest sizes)``): random normal floats from
+    ``seed``, zeros for integers and bools (an index of 0 is in range of any table). Raises
+    a ComposerError for an input that is not a tensor."""
+    from executorch.exir.schema import Tensor, TensorShapeDynamism
+    from executorch.exir.tensor import get_scalar_type
+
+    from composer.contract.errors import ComposerError
+    from composer.run.program_table import execution_plan
+
+    plan = execution_plan(buffer, method)
+    if plan is None:
+        raise ComposerError(f"the program has no method {method!r}.")
+    generator = torch.Generator().manual_seed(seed)
+    made, words, dynamic = [], [], False
+    for index, value in enumerate(plan.inputs):
+        tensor = plan.values[value].val
+        if not isinstance(tensor, Tensor):
+            raise ComposerError(
+                f"input {index} of {method!r} is a {type(tensor).__name__}, not a tensor: "
+                "pass --inputs FILE (a tuple of tensors saved with torch.save)."
+            )
+        dtype, shape = get_scalar_type(tensor.scalar_type), list(tensor.sizes)
+        dynamic |= tensor.shape_dynamism != TensorShapeDynamism.STATIC
+        if dtype.is_floating_point:
+            made.append(torch.randn(shape, generator=generator).to(dtype))
+        else:
+            made.append(torch.zeros(shape, dtype=dtype))
+        words.append(f"{str(dtype).removeprefix('torch.')}{shape}")
+    said = ", ".join(words) or "no inputs"
+    return made, said + (" (largest sizes)" if dynamic else "")
