@@ -38,7 +38,7 @@ import pluggy
 from composer.contract.errors import PluginError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     import torch
     from executorch.exir.backend.compile_spec_schema import CompileSpec
@@ -251,6 +251,27 @@ class BackendPlugin(metaclass=_PluginClass):
         priority order and every answer is honoured, so an op one backend keeps whole is whole
         for the backends after it too. ``None``: the native partitioner's answer, if any, else
         nothing.
+        """
+        return None
+
+    @hookspec(firstresult=True)
+    @hookimpl
+    def composer_rewrites(
+        self, backend: BackendSpec, options: Mapping[str, str]
+    ) -> list[Callable[[torch.fx.GraphModule], Any]] | None:
+        """Return passes that rewrite ops ``backend`` declines into equal forms it takes.
+
+        Each is an ExecuTorch pass (an ``executorch.exir.pass_base.ExportPass``, or any callable
+        on a ``GraphModule`` returning a ``PassResult``), run on the edge program before any
+        backend partitions it. Rewrite only what your backend would otherwise decline, and only
+        into what it takes: composer proves the rewritten program against eager like any other,
+        so a wrong rewrite is caught, but a needless one costs the backends after yours their
+        own form of the op. Only the first backend of a stack is asked: a backend ahead of
+        yours takes the op as it is. ``options`` as in ``composer_operator_support``. ``None``:
+        no rewrites.
+
+        CUDA's (``composer.plugins.cuda``) writes a dilated convolution, which AOTInductor's
+        Triton templates refuse, as a sum of undilated ones over shifted slices.
         """
         return None
 

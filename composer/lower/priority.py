@@ -285,9 +285,13 @@ def _dims_said(dims: tuple[dict, ...]) -> str:
 
 
 def _transform_passes(partitioners: list[ComposerPartitioner]) -> list:
-    """The rewrites before partitioning: the kernel gaps', and a size per reader where a
+    """The rewrites before partitioning: the kernel gaps', the first backend's own
+    (``composer_rewrites``: ops it declines, in forms it takes), and a size per reader where a
     backend of the stack takes tensors only (``BackendSpec.sizes_from_shapes``)."""
     passes = list(KERNEL_GAP_PASSES)
+    if partitioners:
+        first = partitioners[0]
+        passes.extend(first.registry.rewrites(first.backend, first.options))
     if any(p.backend.spec.sizes_from_shapes for p in partitioners):
         passes.append(sizes_per_reader)
     return passes

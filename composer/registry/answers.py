@@ -123,6 +123,16 @@ def compile_specs(specs: Any, backend: Backend) -> list[CompileSpec] | None:
     return list(specs)
 
 
+def rewrites(passes: Any, backend: Backend) -> list:
+    """``composer_rewrites``: a list of passes (callables on a ``GraphModule``) or ``None``."""
+    if passes is None:
+        return []
+    if not isinstance(passes, list | tuple) or not all(callable(p) for p in passes):
+        raise wrong_answer(backend, "composer_rewrites", passes,
+                           "a list of passes (ExportPass instances), or None")  # fmt: skip
+    return list(passes)
+
+
 def ops_to_not_decompose(ops: Any, backend: Backend) -> list[torch._ops.OpOverload] | None:
     """``composer_ops_to_not_decompose``: a list of ATen ``OpOverload``s (not names) or ``None``."""
     if ops is None:

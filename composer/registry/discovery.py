@@ -284,6 +284,10 @@ class Registry:
         ops = self._ask("composer_ops_to_not_decompose", backend, program=program, options=options)
         return answers.ops_to_not_decompose(ops, backend)
 
+    def rewrites(self, backend: Backend, options: Mapping[str, str]) -> list:
+        """The passes ``backend`` rewrites ops it declines with, before partitioning."""
+        return answers.rewrites(self._ask("composer_rewrites", backend, options=options), backend)
+
     def quantizer(self, backend: Backend, options: Mapping[str, str]) -> Quantizer | None:
         """A fresh PT2E quantizer for ``backend``'s integer kernels; ``None``: it runs float."""
         return answers.quantizer(self._ask("composer_quantizer", backend, options=options), backend)

@@ -195,6 +195,16 @@ class CudaPlugin(AotiPlugin):
     def composer_runtime(self, backend: BackendSpec) -> CudaRuntime:
         return _RUNTIME
 
+    def composer_rewrites(self, backend: BackendSpec, options):
+        # A dilated convolution, which the Triton templates refuse, as undilated ones they take
+        # (with the templates off, Inductor's ATen convolution takes the dilation itself).
+        if not self.uses_triton_templates(options):
+            return None
+        # executorch.exir takes seconds to import; listing the plugins needs none of it.
+        from composer.plugins.cuda.undilated import UndilatedConvolutions
+
+        return [UndilatedConvolutions()]
+
     def uses_triton_templates(self, options):
         # CudaBackend compiles with max_autotune_gemm_backends = conv_backends = "TRITON";
         # Inductor reads those only under max_autotune, and without it emits extern ATen
