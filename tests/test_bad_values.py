@@ -268,7 +268,7 @@ TEXT = st.one_of(
 ).filter(lambda text: "\x00" not in text)
 
 
-@pytest.mark.slow
+# A guard of docs/promises.md, in the default suite: 300 examples take about 2 s.
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(sorted(environment.READERS)), value=TEXT)
 def test_fuzz_every_environment_variable_value_is_taken_or_refused_in_one_line(name, value):
@@ -310,7 +310,7 @@ KEYS = [
 ]
 
 
-@pytest.mark.slow
+# A guard of docs/promises.md, in the default suite: 300 examples take about 2 s.
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     where=st.sampled_from(["composer.toml", "pyproject.toml"]),

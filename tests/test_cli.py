@@ -213,6 +213,9 @@ def composer_command(cwd, *argv):
     )  # fmt: skip
 
 
+# CI time (two processes that lower, about 2 minutes): the test below keeps stderr to
+# composer's own lines in the default suite.
+@pytest.mark.slow
 def test_upstream_noise_stays_off_the_terminal_unless_debug(tmp_path):
     # A model updating a buffer in place (a KV cache, a running count): ExecuTorch warns
     # about buffer mutation; torch and torchao log at import. None of it is the user's

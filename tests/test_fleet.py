@@ -19,6 +19,9 @@ def lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+# CI time (about 2 minutes on 2 cores): the default suite's local sweeps are the failing job's
+# below and tests/test_sweep_hardening.py's, whose guards resume a sweep and count its records.
+@pytest.mark.slow
 def test_a_local_sweep_writes_a_record_a_job_and_a_resumed_one_runs_only_the_rest(tmp_path):
     results, table = tmp_path / "sweep.jsonl", tmp_path / "sweep.html"
     first = composer.sweep(["zoo:mlp", "zoo:cumsum_mlp"], ["xnnpack"], results=results,
@@ -105,6 +108,7 @@ def test_a_ray_sweep_whose_worker_node_dies_still_has_one_record_a_job(tmp_path,
     assert {r["model"]: r["golden"] for r in records} == expected
 
 
+@pytest.mark.slow  # CI time (about 90 s): measured placement itself is tested in test_placement
 def test_a_sweep_with_measured_placement_times_each_jobs_candidates_where_it_runs(tmp_path):
     # Each job's candidates composed and timed by the worker that runs it
     # (on Ray with --device-resource, the node that has the device); the record says the choice.

@@ -324,6 +324,10 @@ def test_openvinos_outputs_of_dynamic_size_stay_inside_its_delegates():
                for reason in why), why  # fmt: skip
 
 
+# CI time (about a minute): a dynamic program proven at its bounds is guarded by test_deploy, and
+# a delegate of symbolic size checked alone at the failing size by
+# test_a_delegate_of_symbolic_size_is_checked_alone_at_the_failing_size.
+@pytest.mark.slow
 def test_a_dynamic_program_whose_openvino_delegates_fail_at_other_sizes_is_repaired(monkeypatch):
     # Without the boundary rule above (composer's own, taken out here), OpenVINO's delegates
     # answer at their upper bound's shape at other sizes: every failing delegate is found at
@@ -520,6 +524,10 @@ _NO_LOGICAL_NOT = (
 )
 
 
+# CI time (a Vulkan compose of the transformer block, about 2 minutes): the default suite keeps
+# the runtime's failing delegate named (test_a_delegate_call_the_runtime_says_failed_is_the_
+# culprit_where_alone_it_ran) and Vulkan not offered bool ops (test_mobile_backends).
+@pytest.mark.slow
 def test_a_delegate_whose_runtime_lacks_an_op_gives_up_only_that_op():
     # corpus bert, gpt2, llama and deit_tiny with vulkan on an H200: ExecuTorch 1.5.1's Vulkan
     # partitioner claims logical_not, its runtime has no kernel for it, and every Vulkan

@@ -109,6 +109,9 @@ def test_a_worker_killed_mid_sweep_loses_no_job_and_records_none_twice(in_tmp):
     assert summary.ok and summary.ran == 4
 
 
+# CI time (about 80 s): a killed worker's jobs are guarded by the test above, a failing job's
+# one record by test_fleet's.
+@pytest.mark.slow
 def test_a_job_that_kills_its_worker_each_time_is_recorded_failed_once_with_why(in_tmp, capsys):
     args = ["sweep", "user_models:dies", "zoo:mlp", "--stacks", "xnnpack", "--workers", "1",
             "--results", "r.jsonl"]  # fmt: skip
