@@ -119,8 +119,9 @@ def check_convex(plan: Plan, lowered: Any) -> None:
 
 
 def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str, Any]):
-    """The program ``composer.plan`` lowers to stand-ins (it returns only the plan), for a
-    caller that has not resolved the stack (tests beside ``composer.plan``)."""
+    """The program ``composer.plan`` lowers to stand-ins (it returns only the plan) and that
+    plan, from one lowering, for a caller that has not resolved the stack (tests beside
+    ``composer.plan``)."""
     from composer.registry.resolved import resolve_stack
     from composer.registry.stack import Stack
 
@@ -128,7 +129,7 @@ def _lowered_with_stand_ins(model, backends, example_inputs, settings: dict[str,
     registry = settings.pop("registry", None)
     settings.pop("cache", None)
     resolved = resolve_stack(Stack.of(backends, **settings), registry, must_lower_here=False)
-    return _stand_ins_lowered(model, example_inputs, resolved)
+    return _planned_with_stand_ins(model, example_inputs, resolved)
 
 
 def _stand_ins_lowered(model, example_inputs, resolved):

@@ -70,13 +70,13 @@ def test_cumsum_mlp_on_xnnpack_cuda_keeps_xnnpack_around_one_cuda_partition():
 
 
 def planned(model, stack, inputs, **settings):
-    """``composer.plan``, and what the program it lowers to stand-ins computes.
+    """``composer.plan``'s plan, and what the program it lowers to stand-ins computes (both
+    from one lowering, as ``composer.plan`` makes them).
 
     Each stand-in delegate runs the subgraph it was made from, so this checks the wiring of
     the partitions consolidation moved, on any machine (the cuda stacks cannot lower here).
     """
-    plan = composer.plan(model, stack, inputs, **settings)
-    lowered = _lowered_with_stand_ins(model, stack, inputs, settings)
+    lowered, plan = _lowered_with_stand_ins(model, stack, inputs, settings)
     with torch.no_grad():
         return plan, lowered.exported_program().module()(*inputs)
 
