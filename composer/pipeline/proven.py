@@ -105,7 +105,10 @@ def composed_and_proven(
             narrow = None
             undone = [c for c in failed if c.narrowed]
             failed = [_unnarrowed(c) if c.narrowed else c for c in failed]
-            culprits = [attrs.evolve(c, evidence=None) for c in culprits]
+            # this round's culprits inside a partition that now moves whole move with it
+            moving = {(c.backend, n) for c in undone for n in c.whole}
+            culprits = [attrs.evolve(c, evidence=None) for c in culprits
+                        if not all((c.backend, n) in moving for n in c.nodes)]  # fmt: skip
             failed.extend(culprits)
             _say_moving(say, _round + 1, [*map(_unnarrowed, undone), *culprits])
             current = pinned_off(current, [(c.backend, c.whole) for c in undone]
