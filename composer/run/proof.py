@@ -338,15 +338,8 @@ def localize_all(
 
     data = LazyNamedData(composition.buffer, composition.data_files)
     finder = _DelegateChecker(reference, plan, data)
-    with torch.no_grad():
-        try:
-            finder.run(*inputs)
-        except _Stopped:
-            pass
-        except MachineError:
-            raise
-        except Exception:  # noqa: BLE001 - outside every delegate: no culprit to name
-            return []
+    if not _ran_checking(finder, inputs):
+        return []  # it failed outside every delegate: no culprit to name
     if finder.failed:
         found = [_with_evidence(culprit(name, why), finder.evidence.get(name))
                  for name, why in finder.failed]  # fmt: skip
@@ -383,6 +376,13 @@ def delegates_failing(
     that fails to load, to run or to match its own subgraph on ``operands``, judged as the
     proof judges: (its name, why). ``data``: the named data its delegates read."""
     checker = _DelegateChecker(module, plan, data)
+    _ran_checking(checker, operands)  # where the part in Python refuses: judged up to there
+    return checker.failed
+
+
+def _ran_checking(checker: _DelegateChecker, operands: Sequence[Any]) -> bool:
+    """Run ``checker`` over its module on ``operands``; False where it failed outside every
+    delegate (``checker.failed`` holds what failed up to there)."""
     with torch.no_grad():
         try:
             checker.run(*operands)
@@ -390,9 +390,9 @@ def delegates_failing(
             pass
         except MachineError:
             raise
-        except Exception:  # noqa: BLE001, S110 - the part in Python refuses: judged up to there
-            pass
-    return checker.failed
+        except Exception:  # noqa: BLE001 - outside every delegate
+            return False
+    return True
 
 
 def _culprit(reference: Any, plan: Plan, lowered_name: str, why: str) -> Culprit | None:
