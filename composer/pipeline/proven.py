@@ -103,16 +103,9 @@ def composed_and_proven(
             # without narrowing, so it is not held to repair_time: narrowing never makes a
             # compose fail that succeeds without it.
             narrow = None
-            undone = [c for c in failed if c.narrowed]
-            failed = [_unnarrowed(c) if c.narrowed else c for c in failed]
-            # this round's culprits inside a partition that now moves whole move with it
-            moving = {(c.backend, n) for c in undone for n in c.whole}
-            culprits = [attrs.evolve(c, evidence=None) for c in culprits
-                        if not all((c.backend, n) in moving for n in c.nodes)]  # fmt: skip
-            failed.extend(culprits)
-            _say_moving(say, _round + 1, [*map(_unnarrowed, undone), *culprits])
-            current = pinned_off(current, [(c.backend, c.whole) for c in undone]
-                                 + [(c.backend, c.nodes) for c in culprits])  # fmt: skip
+            failed, moves = _narrowing_undone(failed, culprits)
+            _say_moving(say, _round + 1, moves)
+            current = pinned_off(current, [(c.backend, c.nodes) for c in moves])
             continue
         spent = time.perf_counter() - started
         # later rounds reuse the partitions compiled already: the last round bounds the next
@@ -121,10 +114,7 @@ def composed_and_proven(
         ):
             raise _past_repair_time(stack, culprits, failed, spent, first_compose, last_round)
         if narrow is not None and attempt.plan is not None:
-            # half of what repairs have left once the next round is set aside: narrowing
-            # must not cost the round that proves what it kept
-            left = max(first_compose or 0, SHORTEST_COMPOSE) * (1 + stack.repair_time) - spent
-            deadline = time.perf_counter() + (left - last_round) / 2
+            deadline = _narrowing_deadline(spent, last_round, first_compose, stack.repair_time)
             culprits = [narrow(c, attempt.plan, deadline) for c in culprits]
         culprits = [attrs.evolve(c, evidence=None) for c in culprits]  # their operands, freed
         failed.extend(culprits)
@@ -133,6 +123,27 @@ def composed_and_proven(
     _raise_with_tried(ComposerError(
         f"{culprits[0].describe()}, and moving it again changed nothing"
     ), failed)  # fmt: skip
+
+
+def _narrowing_deadline(
+    spent: float, last_round: float, first_compose: float | None, repair_time: float
+) -> float:
+    """Half of what repairs have left once the next round is set aside (a
+    ``time.perf_counter()``): narrowing must not cost the round that proves what it kept."""
+    left = max(first_compose or 0, SHORTEST_COMPOSE) * (1 + repair_time) - spent
+    return time.perf_counter() + (left - last_round) / 2
+
+
+def _narrowing_undone(
+    failed: Sequence[Culprit], culprits: Sequence[Culprit]
+) -> tuple[list[Culprit], list[Culprit]]:
+    """``failed`` with each narrowed repair made whole again, and what moves now: those whole
+    partitions, and this round's culprits outside them (inside one, they move with it)."""
+    undone = [_unnarrowed(c) for c in failed if c.narrowed]
+    moving = {(c.backend, n) for c in undone for n in c.nodes}
+    fresh = [attrs.evolve(c, evidence=None) for c in culprits
+             if not all((c.backend, n) in moving for n in c.nodes)]  # fmt: skip
+    return [_unnarrowed(c) if c.narrowed else c for c in failed] + fresh, undone + fresh
 
 
 def _unnarrowed(culprit: Culprit) -> Culprit:
