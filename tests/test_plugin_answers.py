@@ -47,6 +47,7 @@ RIGHT = {
     "composer_compile_specs": {"None"},
     "composer_ops_to_not_decompose": {"None"},
     "composer_quantizer": {"None"},
+    "composer_rewrites": {"None"},
     "composer_unavailable_reason": {"None", "a string"},
     "composer_runtime": {"None"},
     # the support object's questions
@@ -114,6 +115,7 @@ def ask(registry, hook: str, program):
             backend, program, {}
         ),
         "composer_quantizer": lambda: registry.quantizer(backend, {}),
+        "composer_rewrites": lambda: registry.rewrites(backend, {}),
         "composer_runtime": lambda: registry.runtime(backend),
     }
     if hook in asks:
