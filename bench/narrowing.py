@@ -51,15 +51,7 @@ def _tiny():
     sys.path[:0] = [str(ROOT / "tests" / "runtime_plugin"), str(ROOT / "tests")]
     from composer_tiny_backend import TinyPlugin
     from plugins_for_tests import registry_with
-
-    class GatedMlp(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = torch.nn.Linear(8, 8)
-            self.scale = torch.nn.Parameter(torch.rand(8))
-
-        def forward(self, x):
-            return torch.relu(torch.tanh(self.fc(x)) * self.scale + x)
+    from test_runtime_contract import GatedMlp  # the model the runtime contract's tests use
 
     os.environ["TINY_RUNTIME_BUG"] = "aten.tanh.default"
     torch.manual_seed(0)

@@ -33,6 +33,7 @@ from composer.contract.machine import MachineError
 from composer.contract.op_names import op_name
 from composer.lower.cache import Store
 from composer.registry.discovery import Backend
+from composer.run.named_data import stored_blobs
 from composer.run.proof import Culprit, Evidence, delegates_failing
 from composer.scheduler.plans import Plan
 
@@ -194,16 +195,10 @@ def _lowered_holding(
 
 
 def _named_data(module: torch.nn.Module) -> dict[str, bytes]:
+    """The named data the delegates of ``module`` store."""
     found: dict[str, bytes] = {}
     for child in module.children():
-        stored = getattr(child, "named_data_store_output", None)
-        if stored is None:
-            continue
-        for key, entry in stored.pte_data.items():
-            found[key] = bytes(stored.buffers[entry.buffer_index])
-        for entries in stored.external_data.values():
-            for key, entry in entries.items():
-                found[key] = bytes(stored.buffers[entry.buffer_index])
+        found.update(stored_blobs(getattr(child, "named_data_store_output", None)))
     return found
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 
 def ptd_named_data(data: bytes) -> dict[str, bytes]:
@@ -18,14 +19,20 @@ def named_data(buffer: bytes, data_files: Mapping[str, bytes]) -> dict[str, byte
     """Every named-data blob of a program, by key: the .pte's own and each .ptd's."""
     from executorch.exir._serialize._program import deserialize_pte_binary
 
-    found: dict[str, bytes] = {}
-    stored = deserialize_pte_binary(buffer).named_data
-    if stored is not None:
-        for key, entry in stored.pte_data.items():
-            found[key] = bytes(stored.buffers[entry.buffer_index])
+    found = stored_blobs(deserialize_pte_binary(buffer).named_data)
     for data in data_files.values():
         found.update(ptd_named_data(data))
     return found
+
+
+def stored_blobs(stored: Any) -> dict[str, bytes]:
+    """The blobs of a named-data store by key (a deserialized program's ``named_data``, or a
+    lowered delegate's ``NamedDataStoreOutput``: both keep ``buffers`` and ``pte_data``, and
+    the latter ``external_data`` for .ptd files too); empty for ``None``."""
+    if stored is None:
+        return {}
+    entries = [stored.pte_data, *getattr(stored, "external_data", {}).values()]
+    return {key: bytes(stored.buffers[e.buffer_index]) for d in entries for key, e in d.items()}
 
 
 class LazyNamedData(Mapping[str, bytes]):

@@ -21,6 +21,7 @@ from composer.contract.backend_spec import BackendSpec
 from composer.contract.op_names import overload_of
 from composer.contract.options import Option
 from composer.plugins.aoti import AotiOperatorSupport, AotiPlugin
+from composer.plugins.cuda.dilation import is_dilated
 from composer.plugins.cuda.runtime import CudaRuntime
 
 ON_OFF = ("ON", "OFF")
@@ -259,8 +260,7 @@ _DILATED_AT_5 = frozenset({
 def _is_dilated_convolution(op, node) -> bool:
     if op not in _DILATED_AT_5:
         return False
-    dilation = node.args[5] if len(node.args) > 5 else node.kwargs.get("dilation", 1)
-    return any(d != 1 for d in (dilation if isinstance(dilation, (list, tuple)) else [dilation]))
+    return is_dilated(node)
 
 
 def _is_transposed_convolution(op, node) -> bool:

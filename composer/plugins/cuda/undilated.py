@@ -19,6 +19,8 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult
 
+from composer.plugins.cuda.dilation import is_dilated
+
 _EDGE = exir_ops.edge.aten
 _CONV1D, _CONV2D, _CONVOLUTION = (
     _EDGE.conv1d.default, _EDGE.conv2d.default, _EDGE.convolution.default,
@@ -115,7 +117,5 @@ class UndilatedConvolutions(ExportPass):
 def _dilated(node: torch.fx.Node) -> bool:
     if node.op != "call_function" or node.target not in (_CONV1D, _CONV2D, _CONVOLUTION):
         return False
-    dilation = node.args[5] if len(node.args) > 5 else node.kwargs.get("dilation", 1)
     transposed = node.target is _CONVOLUTION and len(node.args) > 6 and node.args[6]
-    values = dilation if isinstance(dilation, (list, tuple)) else [dilation]
-    return not transposed and any(d != 1 for d in values)
+    return not transposed and is_dilated(node)
